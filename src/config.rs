@@ -1,0 +1,319 @@
+//! Configuration: which strategies, in which order, with which engine limits.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::Error;
+
+/// Largest key or value size (`n`, `m`) a strategy accepts.
+///
+/// llama.cpp stores them as `u16`; beyond a few dozen tokens no match is ever
+/// found, so the bound only keeps a typo from allocating or scanning absurdly.
+pub const MAX_NGRAM: usize = 1024;
+
+/// Largest `draft_max` accepted (llama.cpp passes accepted counts as `u16`).
+pub const MAX_DRAFT: usize = 4096;
+
+/// Largest ngram-mod pool, in cells (4 bytes each: 8 GiB).
+pub const MAX_POOL_SIZE: usize = 1 << 31;
+
+/// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
+pub const MAX_MIN_HITS: usize = 16380;
+
+/// llama.cpp's ngram-mod pool size: 4 Mi cells (16 MiB).
+pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
+
+/// One drafting strategy and its parameters.
+///
+/// Names parse and print as on llama.cpp's command line (`--spec-type`), with
+/// optional parameters after a colon:
+///
+/// ```
+/// use selfspec::Strategy;
+///
+/// let s: Strategy = "ngram-map-k4v".parse()?;
+/// assert_eq!(s, Strategy::NgramMapK4v { n: 12, m: 48, min_hits: 1 });
+/// let s: Strategy = "ngram-mod:n=24".parse()?;
+/// assert_eq!(s.to_string(), "ngram-mod:n=24");
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// Copy the `m` tokens that followed the most recent earlier occurrence of the
+    /// last `n` tokens (llama.cpp `ngram-simple`).
+    NgramSimple {
+        /// Key size: how many trailing tokens must match.
+        n: usize,
+        /// Draft size: how many tokens to copy.
+        m: usize,
+    },
+    /// Like `NgramSimple` through a hash index of keys, drafting as many tokens as
+    /// the target accepted last time from the same key (llama.cpp `ngram-map-k`).
+    NgramMapK {
+        /// Key size.
+        n: usize,
+        /// Value (draft) size.
+        m: usize,
+    },
+    /// Keeps up to four distinct continuations per key and drafts only when one
+    /// dominates (llama.cpp `ngram-map-k4v`).
+    NgramMapK4v {
+        /// Key size.
+        n: usize,
+        /// Value size.
+        m: usize,
+        /// Times a key must have been seen before it drafts.
+        min_hits: usize,
+    },
+    /// A fixed-size hash pool from n-gram to next token, shared by every
+    /// sequence, drafting token by token (llama.cpp `ngram-mod`).
+    NgramMod {
+        /// Key size (llama.cpp recommends 24; below 16 drafts poorly).
+        n: usize,
+    },
+}
+
+impl Strategy {
+    /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::NgramSimple { .. } => "ngram-simple",
+            Strategy::NgramMapK { .. } => "ngram-map-k",
+            Strategy::NgramMapK4v { .. } => "ngram-map-k4v",
+            Strategy::NgramMod { .. } => "ngram-mod",
+        }
+    }
+
+    /// The name in statistics lines: `ngram_simple`, `ngram_map_k`, ...
+    pub fn stats_name(&self) -> &'static str {
+        match self {
+            Strategy::NgramSimple { .. } => "ngram_simple",
+            Strategy::NgramMapK { .. } => "ngram_map_k",
+            Strategy::NgramMapK4v { .. } => "ngram_map_k4v",
+            Strategy::NgramMod { .. } => "ngram_mod",
+        }
+    }
+
+    /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
+    /// min_hits = 1), or `None` for an unknown name.
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Some(match name {
+            "ngram-simple" => Strategy::NgramSimple { n: 12, m: 48 },
+            "ngram-map-k" => Strategy::NgramMapK { n: 12, m: 48 },
+            "ngram-map-k4v" => Strategy::NgramMapK4v {
+                n: 12,
+                m: 48,
+                min_hits: 1,
+            },
+            "ngram-mod" => Strategy::NgramMod { n: 12 },
+            _ => return None,
+        })
+    }
+
+    /// Checks every parameter against its allowed range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let ctx = self.name();
+        let ngram = |field, value: usize| range(ctx, field, value, 1, MAX_NGRAM);
+        match *self {
+            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
+                ngram("n", n)?;
+                ngram("m", m)
+            }
+            Strategy::NgramMapK4v { n, m, min_hits } => {
+                ngram("n", n)?;
+                ngram("m", m)?;
+                range(ctx, "min_hits", min_hits, 0, MAX_MIN_HITS)
+            }
+            Strategy::NgramMod { n } => ngram("n", n),
+        }
+    }
+
+    fn params(&mut self) -> Vec<(&'static str, &mut usize)> {
+        match self {
+            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
+                vec![("n", n), ("m", m)]
+            }
+            Strategy::NgramMapK4v { n, m, min_hits } => {
+                vec![("n", n), ("m", m), ("min_hits", min_hits)]
+            }
+            Strategy::NgramMod { n } => vec![("n", n)],
+        }
+    }
+}
+
+fn range(
+    context: &'static str,
+    field: &'static str,
+    value: usize,
+    min: usize,
+    max: usize,
+) -> Result<(), Error> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange {
+            context,
+            field,
+            value,
+            min,
+            max,
+        })
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        match *self {
+            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
+                write!(f, ":n={n},m={m}")
+            }
+            Strategy::NgramMapK4v { n, m, min_hits } => {
+                write!(f, ":n={n},m={m},min_hits={min_hits}")
+            }
+            Strategy::NgramMod { n } => write!(f, ":n={n}"),
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+
+    /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`;
+    /// unset keys keep llama.cpp's defaults), then validates the result.
+    fn from_str(input: &str) -> Result<Self, Error> {
+        let input = input.trim();
+        let (name, params) = match input.split_once(':') {
+            Some((name, params)) => (name, Some(params)),
+            None => (input, None),
+        };
+        let mut strategy = Strategy::from_name(name).ok_or_else(|| Error::UnknownStrategy {
+            name: name.to_string(),
+        })?;
+        let bad = |reason: String| Error::ParseStrategy {
+            input: input.to_string(),
+            reason,
+        };
+        for pair in params.into_iter().flat_map(|p| p.split(',')) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{pair}` is not of the form key=value")))?;
+            let (key, value) = (key.trim(), value.trim());
+            let mut fields = strategy.params();
+            let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+            let slot = fields.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {
+                bad(format!(
+                    "unknown parameter `{key}`; {name} takes {}",
+                    names.join(", ")
+                ))
+            })?;
+            *slot.1 = value
+                .parse()
+                .map_err(|_| bad(format!("`{key}` = `{value}` is not a non-negative integer")))?;
+        }
+        strategy.validate()?;
+        Ok(strategy)
+    }
+}
+
+/// The whole drafting setup of one [`Speculative`](crate::Speculative).
+///
+/// Plain data with public fields, so the usual struct-update syntax works:
+///
+/// ```
+/// use selfspec::{Config, Strategy};
+///
+/// let config = Config {
+///     strategies: vec![Strategy::NgramMod { n: 24 }],
+///     draft_max: 64,
+///     draft_min: 48,
+///     ..Config::default()
+/// };
+/// config.validate()?;
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Strategies in priority order: the first non-empty draft wins.
+    pub strategies: Vec<Strategy>,
+    /// The engine verifies at most this many draft tokens (`--draft-max`, default 16).
+    pub draft_max: usize,
+    /// Drafts shorter than this are dropped and the next strategy is asked
+    /// (`--draft-min`, default 0).
+    pub draft_min: usize,
+    /// Cells of the ngram-mod pool (4 bytes each; default 4 Mi, llama.cpp's size).
+    pub pool_size: usize,
+}
+
+impl Default for Config {
+    /// ngram-simple (n = 12, m = 48) alone, `draft_max` 16, `draft_min` 0, a 4 Mi-cell pool.
+    fn default() -> Self {
+        Config {
+            strategies: vec![Strategy::NgramSimple { n: 12, m: 48 }],
+            draft_max: 16,
+            draft_min: 0,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+}
+
+impl Config {
+    /// A configuration with `strategies` and the default limits.
+    pub fn new(strategies: impl IntoIterator<Item = Strategy>) -> Config {
+        Config {
+            strategies: strategies.into_iter().collect(),
+            ..Config::default()
+        }
+    }
+
+    /// llama.cpp's full chain in its priority order: ngram-simple, ngram-map-k,
+    /// ngram-map-k4v, ngram-mod, all with their defaults.
+    pub fn llama_cpp_chain() -> Config {
+        Config::new(
+            ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
+                .iter()
+                .filter_map(|name| Strategy::from_name(name)),
+        )
+    }
+
+    /// Sets `draft_max`.
+    pub fn with_draft_max(mut self, draft_max: usize) -> Config {
+        self.draft_max = draft_max;
+        self
+    }
+
+    /// Sets `draft_min`.
+    pub fn with_draft_min(mut self, draft_min: usize) -> Config {
+        self.draft_min = draft_min;
+        self
+    }
+
+    /// Sets `pool_size` (ngram-mod cells).
+    pub fn with_pool_size(mut self, pool_size: usize) -> Config {
+        self.pool_size = pool_size;
+        self
+    }
+
+    /// Appends a strategy to the chain.
+    pub fn with_strategy(mut self, strategy: Strategy) -> Config {
+        self.strategies.push(strategy);
+        self
+    }
+
+    /// Checks the limits, the pool size and every strategy.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.strategies.is_empty() {
+            return Err(Error::EmptyChain);
+        }
+        range("config", "draft_max", self.draft_max, 1, MAX_DRAFT)?;
+        if self.draft_min > self.draft_max {
+            return Err(Error::DraftMinAboveMax {
+                draft_min: self.draft_min,
+                draft_max: self.draft_max,
+            });
+        }
+        range("config", "pool_size", self.pool_size, 1, MAX_POOL_SIZE)?;
+        self.strategies.iter().try_for_each(Strategy::validate)
+    }
+}

@@ -1,0 +1,118 @@
+//! The [`Drafter`] trait: the one interface every strategy implements.
+
+use std::fmt;
+
+/// A token id, as the engine's tokenizer numbers it.
+///
+/// Engines whose token type is `i32` (llama.cpp bindings) convert with
+/// `id as u32`; every strategy hashes ids the way llama.cpp hashes its `i32`
+/// tokens, so the conversion keeps reference-exact drafts even for negative ids.
+pub type Token = u32;
+
+/// The engine's limits on one draft, passed to every [`Drafter::draft`] call.
+///
+/// The orchestrator ([`crate::Speculative`]) enforces them on what it hands the
+/// engine; strategies may read them too (ngram-mod stops after `max` tokens and
+/// gives up below `min`, as llama.cpp's does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DraftLimits {
+    /// Drafts shorter than this are not worth verifying (llama.cpp's `--draft-min`).
+    pub min: usize,
+    /// The engine verifies at most this many draft tokens (llama.cpp's `--draft-max`).
+    pub max: usize,
+}
+
+impl Default for DraftLimits {
+    /// llama.cpp's engine defaults: `min = 0`, `max = 16`.
+    fn default() -> Self {
+        DraftLimits { min: 0, max: 16 }
+    }
+}
+
+/// A source of draft tokens: one llama.cpp "speculative implementation".
+///
+/// The trait is object-safe so an engine can chain its own drafters (a draft
+/// model included) with this crate's through
+/// [`Speculative::from_drafters`](crate::Speculative::from_drafters).
+/// One drafter serves one sequence; the engine calls, per request:
+///
+/// 1. [`begin`](Drafter::begin) once with the prompt (the whole history the
+///    target holds when generation starts),
+/// 2. per decoding step [`draft`](Drafter::draft) with the tokens the target has
+///    evaluated (`history`) and the token it just sampled (`last`, not yet in
+///    `history`),
+/// 3. [`accept`](Drafter::accept) with how many of this drafter's tokens the target
+///    kept, when it drafted.
+///
+/// Implementations must not panic on any input: a history may shrink, change or
+/// be empty, `accept` may come without a draft or with more tokens than drafted.
+///
+/// # Example
+///
+/// A drafter that always proposes repeating the last token:
+///
+/// ```
+/// use selfspec::{DraftLimits, Drafter, Token};
+///
+/// #[derive(Debug)]
+/// struct Repeat;
+///
+/// impl Drafter for Repeat {
+///     fn name(&self) -> &str { "repeat" }
+///     fn begin(&mut self, _prompt: &[Token]) {}
+///     fn draft(&mut self, _history: &[Token], last: Token, limits: DraftLimits, draft: &mut Vec<Token>) {
+///         draft.extend(std::iter::repeat(last).take(limits.max.min(4)));
+///     }
+///     fn accept(&mut self, _n_accepted: usize) {}
+/// }
+///
+/// let mut d = Repeat;
+/// let mut out = Vec::new();
+/// d.draft(&[1, 2, 3], 7, DraftLimits::default(), &mut out);
+/// assert_eq!(out, [7, 7, 7, 7]);
+/// ```
+pub trait Drafter: Send + fmt::Debug {
+    /// The name printed in statistics lines (`ngram_simple`, `ngram_mod`, ...).
+    fn name(&self) -> &str;
+
+    /// A new request starts with `prompt` as the target's history.
+    fn begin(&mut self, prompt: &[Token]);
+
+    /// Appends draft tokens for the continuation of `history ++ [last]` to `draft`.
+    ///
+    /// `draft` is empty on entry; leaving it empty means "no draft". The buffer
+    /// is reused across calls, so a warmed-up drafter need not allocate.
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    );
+
+    /// The target kept the first `n_accepted` tokens of this drafter's last draft.
+    ///
+    /// The orchestrator never forwards `n_accepted == 0` (as llama.cpp).
+    fn accept(&mut self, n_accepted: usize);
+}
+
+impl<D: Drafter + ?Sized> Drafter for Box<D> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn begin(&mut self, prompt: &[Token]) {
+        (**self).begin(prompt)
+    }
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        (**self).draft(history, last, limits, draft)
+    }
+    fn accept(&mut self, n_accepted: usize) {
+        (**self).accept(n_accepted)
+    }
+}

@@ -1,0 +1,49 @@
+//! The crate's one error type.
+
+/// Everything that can go wrong when building a [`Speculative`](crate::Speculative)
+/// or parsing a [`Strategy`](crate::Strategy).
+///
+/// Messages name the offending field and what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A numeric parameter is outside the range the strategy can use.
+    #[error("{context}: `{field}` = {value} is out of range; allowed: {min}..={max}")]
+    OutOfRange {
+        /// Where the field lives (`ngram-simple`, `config`, ...).
+        context: &'static str,
+        /// The field's name (`n`, `m`, `draft_max`, ...).
+        field: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest allowed value.
+        min: usize,
+        /// The largest allowed value.
+        max: usize,
+    },
+    /// `draft_min` exceeds `draft_max`, so no draft could ever be used.
+    #[error("config: `draft_min` = {draft_min} is greater than `draft_max` = {draft_max}; draft_min must be at most draft_max")]
+    DraftMinAboveMax {
+        /// The configured minimum draft length.
+        draft_min: usize,
+        /// The configured maximum draft length.
+        draft_max: usize,
+    },
+    /// The chain of strategies is empty.
+    #[error("config: `strategies` is empty; configure at least one strategy (e.g. ngram-simple)")]
+    EmptyChain,
+    /// A strategy name that does not exist.
+    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod")]
+    UnknownStrategy {
+        /// The name given.
+        name: String,
+    },
+    /// A strategy string whose parameters do not parse.
+    #[error("strategy `{input}`: {reason}")]
+    ParseStrategy {
+        /// The whole string given.
+        input: String,
+        /// What is wrong with it and what is expected.
+        reason: String,
+    },
+}

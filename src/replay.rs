@@ -1,0 +1,226 @@
+//! Draft quality without a model: replaying recorded generations under greedy
+//! verification (the protocol of `REPLAY.md`).
+//!
+//! For each request: `begin(prompt)`, then per step `draft(history, last)`,
+//! verification against the recorded output (the accepted prefix is the longest
+//! common prefix of draft and actual continuation), `accept(a)`, and the history
+//! grows by `last` plus the accepted tokens. One step is one target forward pass,
+//! so `tau = generated tokens / steps` is the speed-up in forward passes.
+//!
+//! ```
+//! use selfspec::{Config, Speculative};
+//! use selfspec::replay::{replay, Request, Session};
+//!
+//! let text: Vec<u32> = (0..400).map(|i| (i * 7 % 50) as u32).collect();
+//! let session = Session::new("demo", "synthetic", vec![Request::new(text[..200].to_vec(), text[200..].to_vec())]);
+//! let mut spec = Speculative::new(&Config::default())?;
+//! let report = replay(&mut spec, &[session]);
+//! assert_eq!(report.tokens, 200);
+//! assert!(report.tau() > 5.0);
+//! # Ok::<(), selfspec::Error>(())
+//! ```
+
+use std::time::Duration;
+
+use crate::drafter::Token;
+use crate::speculative::Speculative;
+use crate::stats::DrafterStats;
+
+/// One request: the history at the start of generation and what the target generated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// The whole token history the engine holds when generation starts.
+    pub prompt: Vec<Token>,
+    /// The tokens the target generated, in order.
+    pub output: Vec<Token>,
+}
+
+impl Request {
+    /// A request from its prompt and recorded output.
+    pub fn new(prompt: Vec<Token>, output: Vec<Token>) -> Request {
+        Request { prompt, output }
+    }
+}
+
+/// Requests served one after another by one engine slot (a chat, a series of edits).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Session {
+    /// An identifier, for reports.
+    pub id: String,
+    /// A free label used to group figures (`chat`, `code-edit`, ...).
+    pub kind: String,
+    /// The requests, in order.
+    pub requests: Vec<Request>,
+}
+
+impl Session {
+    /// A session from its parts.
+    pub fn new(id: impl Into<String>, kind: impl Into<String>, requests: Vec<Request>) -> Session {
+        Session {
+            id: id.into(),
+            kind: kind.into(),
+            requests,
+        }
+    }
+}
+
+/// One replay step, as seen by an observer (see [`replay_observed`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    /// 0-based index of the draft call over the whole replay.
+    pub call: usize,
+    /// Index of the session.
+    pub session: usize,
+    /// Index of the request in its session.
+    pub request: usize,
+    /// Index in the output of `last`, the token just sampled.
+    pub index: usize,
+    /// Length of the history passed to `draft`.
+    pub history_len: usize,
+    /// The draft the engine received (already within the limits).
+    pub draft: &'a [Token],
+    /// Index in the chain of the strategy that drafted (when the draft is non-empty).
+    pub drafted_by: Option<usize>,
+    /// Draft tokens the target accepted.
+    pub n_accepted: usize,
+}
+
+/// The figures of one replay.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayReport {
+    /// Sessions replayed.
+    pub sessions: usize,
+    /// Requests replayed.
+    pub requests: usize,
+    /// Tokens generated (the recorded outputs' total length).
+    pub tokens: u64,
+    /// Target forward passes (one per draft call).
+    pub steps: u64,
+    /// Non-empty drafts handed to the engine.
+    pub drafts: u64,
+    /// Draft tokens handed to the engine.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+    /// Time spent in `draft` calls, all strategies.
+    pub draft_time: Duration,
+    /// Per-strategy statistics accumulated during this replay.
+    pub stats: Vec<DrafterStats>,
+}
+
+impl ReplayReport {
+    /// Tokens per target forward pass (1.0 = no gain; 0 when nothing was generated).
+    pub fn tau(&self) -> f64 {
+        if self.steps == 0 {
+            0.0
+        } else {
+            self.tokens as f64 / self.steps as f64
+        }
+    }
+
+    /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+
+    /// Mean time of a draft call, in microseconds.
+    pub fn micros_per_draft(&self) -> f64 {
+        if self.steps == 0 {
+            0.0
+        } else {
+            self.draft_time.as_secs_f64() * 1e6 / self.steps as f64
+        }
+    }
+}
+
+/// Replays `sessions` in order through `spec` (state carries over between
+/// requests and sessions, as in one engine slot).
+pub fn replay(spec: &mut Speculative, sessions: &[Session]) -> ReplayReport {
+    replay_observed(spec, sessions, |_| {})
+}
+
+/// Like [`replay`], calling `observe` after every verification step.
+pub fn replay_observed(
+    spec: &mut Speculative,
+    sessions: &[Session],
+    mut observe: impl FnMut(&Step<'_>),
+) -> ReplayReport {
+    let before: Vec<DrafterStats> = spec.stats().to_vec();
+    let mut report = ReplayReport {
+        sessions: sessions.len(),
+        ..ReplayReport::default()
+    };
+    let mut history: Vec<Token> = Vec::new();
+    let mut call = 0;
+    for (s, session) in sessions.iter().enumerate() {
+        for (r, request) in session.requests.iter().enumerate() {
+            report.requests += 1;
+            report.tokens += request.output.len() as u64;
+            history.clear();
+            history.extend_from_slice(&request.prompt);
+            spec.begin(&history);
+            let output = &request.output;
+            let mut i = 0;
+            while i < output.len() {
+                let last = output[i];
+                spec.draft(&history, last);
+                let draft = spec.last_draft();
+                let n_accepted = draft
+                    .iter()
+                    .zip(&output[i + 1..])
+                    .take_while(|(d, o)| d == o)
+                    .count();
+                let step = Step {
+                    call,
+                    session: s,
+                    request: r,
+                    index: i,
+                    history_len: history.len(),
+                    draft,
+                    drafted_by: if draft.is_empty() {
+                        None
+                    } else {
+                        spec.drafted_by()
+                    },
+                    n_accepted,
+                };
+                if !draft.is_empty() {
+                    report.drafts += 1;
+                    report.drafted += draft.len() as u64;
+                    report.accepted += n_accepted as u64;
+                }
+                observe(&step);
+                spec.accept(n_accepted);
+                history.extend_from_slice(&output[i..i + n_accepted + 1]);
+                i += n_accepted + 1;
+                report.steps += 1;
+                call += 1;
+            }
+        }
+    }
+    report.stats = spec
+        .stats()
+        .iter()
+        .zip(&before)
+        .map(|(after, before)| {
+            let mut delta = DrafterStats::new(after.name.clone());
+            delta.calls_begin = after.calls_begin - before.calls_begin;
+            delta.calls_draft = after.calls_draft - before.calls_draft;
+            delta.calls_accept = after.calls_accept - before.calls_accept;
+            delta.gen_drafts = after.gen_drafts - before.gen_drafts;
+            delta.acc_drafts = after.acc_drafts - before.acc_drafts;
+            delta.gen_tokens = after.gen_tokens - before.gen_tokens;
+            delta.acc_tokens = after.acc_tokens - before.acc_tokens;
+            delta.t_begin = after.t_begin.saturating_sub(before.t_begin);
+            delta.t_draft = after.t_draft.saturating_sub(before.t_draft);
+            delta.t_accept = after.t_accept.saturating_sub(before.t_accept);
+            delta
+        })
+        .collect();
+    report.draft_time = report.stats.iter().map(|s| s.t_draft).sum();
+    report
+}

@@ -1,0 +1,98 @@
+//! Per-strategy counters and timings, printed as llama.cpp's statistics lines.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Counters and accumulated time of one strategy in a [`Speculative`](crate::Speculative).
+///
+/// `Display` prints llama.cpp's statistics line:
+///
+/// ```text
+/// statistics ngram_mod: #calls(b,g,a) = 1 810 15, #gen drafts = 15, #acc drafts = 15, #gen tokens = 960, #acc tokens = 730, dur(b,g,a) = 0.149, 0.347, 0.005 ms
+/// ```
+///
+/// One difference from llama.cpp: `gen_tokens` counts the tokens handed to the
+/// engine (after `draft_max`), so `acc_tokens / gen_tokens` is the true acceptance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrafterStats {
+    /// The strategy's statistics name (`ngram_simple`, ...).
+    pub name: String,
+    /// `begin` calls.
+    pub calls_begin: u64,
+    /// `draft` calls that reached this strategy.
+    pub calls_draft: u64,
+    /// `accept` calls forwarded to this strategy (never for 0 accepted tokens).
+    pub calls_accept: u64,
+    /// Drafts of this strategy handed to the engine.
+    pub gen_drafts: u64,
+    /// Drafts of which the engine accepted at least one token.
+    pub acc_drafts: u64,
+    /// Draft tokens handed to the engine.
+    pub gen_tokens: u64,
+    /// Draft tokens the engine accepted.
+    pub acc_tokens: u64,
+    /// Time spent in `begin`.
+    pub t_begin: Duration,
+    /// Time spent in `draft`.
+    pub t_draft: Duration,
+    /// Time spent in `accept`.
+    pub t_accept: Duration,
+}
+
+impl DrafterStats {
+    /// Empty statistics for the strategy called `name`.
+    pub fn new(name: impl Into<String>) -> DrafterStats {
+        DrafterStats {
+            name: name.into(),
+            ..DrafterStats::default()
+        }
+    }
+
+    /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.gen_tokens == 0 {
+            0.0
+        } else {
+            self.acc_tokens as f64 / self.gen_tokens as f64
+        }
+    }
+
+    /// Adds `other`'s counters and times to these (names are kept).
+    pub fn merge(&mut self, other: &DrafterStats) {
+        self.calls_begin += other.calls_begin;
+        self.calls_draft += other.calls_draft;
+        self.calls_accept += other.calls_accept;
+        self.gen_drafts += other.gen_drafts;
+        self.acc_drafts += other.acc_drafts;
+        self.gen_tokens += other.gen_tokens;
+        self.acc_tokens += other.acc_tokens;
+        self.t_begin += other.t_begin;
+        self.t_draft += other.t_draft;
+        self.t_accept += other.t_accept;
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl fmt::Display for DrafterStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "statistics {}: #calls(b,g,a) = {} {} {}, #gen drafts = {}, #acc drafts = {}, \
+             #gen tokens = {}, #acc tokens = {}, dur(b,g,a) = {:.3}, {:.3}, {:.3} ms",
+            self.name,
+            self.calls_begin,
+            self.calls_draft,
+            self.calls_accept,
+            self.gen_drafts,
+            self.acc_drafts,
+            self.gen_tokens,
+            self.acc_tokens,
+            ms(self.t_begin),
+            ms(self.t_draft),
+            ms(self.t_accept),
+        )
+    }
+}

@@ -1,0 +1,435 @@
+//! ngram-map-k and ngram-map-k4v: key records with per-value statistics,
+//! found through a 2^18-slot LCG hash index of history positions.
+
+use crate::drafter::{DraftLimits, Drafter, Token};
+
+/// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
+pub const KEY_MAP_SIZE: usize = 1 << 18;
+/// Distinct continuations kept per key (`COMMON_NGRAM_MAX_VALUES`).
+const MAX_VALUES: usize = 4;
+/// Key and value counters saturate here (`COMMON_NGRAM_MAX_VALUE_COUNT`).
+const MAX_COUNT: u16 = 16380;
+const LCG_FACTOR: u32 = 2_654_435_761;
+
+/// The reference's hash of an n-gram; the golden traces pin the slots it gives.
+#[inline]
+fn lcg_hash(tokens: impl IntoIterator<Item = Token>) -> u32 {
+    tokens
+        .into_iter()
+        .fold(0u32, |h, t| h.wrapping_mul(LCG_FACTOR).wrapping_add(t))
+}
+
+#[inline]
+fn slot_of(tokens: impl IntoIterator<Item = Token>) -> usize {
+    lcg_hash(tokens) as usize % KEY_MAP_SIZE
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Value {
+    /// History position of the value m-gram; 0 = unused slot.
+    pos: usize,
+    count: u16,
+    /// Tokens accepted when this value last drafted (caps the next draft).
+    n_accepted: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct KeyRecord {
+    /// A history position where the key occurs.
+    pos: usize,
+    /// Value statistics are counted up to here.
+    stat_pos: usize,
+    hits: u16,
+    values: [Value; MAX_VALUES],
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LastDraft {
+    record: usize,
+    value: usize,
+}
+
+/// llama.cpp's `common_ngram_map`: `ngram-map-k` (keys only) and
+/// `ngram-map-k4v` (up to four values per key).
+///
+/// See `SPEC.md` for the exact semantics; in short, a draft call looks the key
+/// (last `n` tokens of `history ++ [last]`) up in a hash index of history
+/// positions (falling back to a scan of the not-yet-indexed part), keeps a
+/// record per distinct key, and drafts the `m` tokens after the match, capped by
+/// how many the target accepted the last time this key drafted.
+///
+/// ```
+/// use selfspec::{DraftLimits, Drafter, strategies::NgramMap};
+///
+/// let mut map = NgramMap::key_only(2, 3);
+/// let history: Vec<u32> = [5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 1].to_vec();
+/// map.begin(&history);
+/// let mut draft = Vec::new();
+/// map.draft(&history, 2, DraftLimits::default(), &mut draft);
+/// assert_eq!(draft, [3, 4, 5]);
+/// ```
+#[derive(Clone)]
+pub struct NgramMap {
+    n: usize,
+    m: usize,
+    key_only: bool,
+    min_hits: usize,
+    records: Vec<KeyRecord>,
+    /// Hash of an n-gram -> one history position where it occurs (0 = empty).
+    key_map: Box<[u32]>,
+    key_map_last: usize,
+    size_last_begin: usize,
+    last_check: usize,
+    last_draft: Option<LastDraft>,
+}
+
+impl std::fmt::Debug for NgramMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NgramMap")
+            .field("n", &self.n)
+            .field("m", &self.m)
+            .field("key_only", &self.key_only)
+            .field("min_hits", &self.min_hits)
+            .field("records", &self.records.len())
+            .field("size_last_begin", &self.size_last_begin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NgramMap {
+    /// `ngram-map-k`: key size `n`, value size `m`.
+    pub fn key_only(n: usize, m: usize) -> NgramMap {
+        NgramMap::new(n, m, true, 1)
+    }
+
+    /// `ngram-map-k4v`: key size `n`, value size `m`, drafting once a key was
+    /// seen `min_hits` times and one of its values dominates.
+    pub fn four_values(n: usize, m: usize, min_hits: usize) -> NgramMap {
+        NgramMap::new(n, m, false, min_hits)
+    }
+
+    fn new(n: usize, m: usize, key_only: bool, min_hits: usize) -> NgramMap {
+        NgramMap {
+            n,
+            m,
+            key_only,
+            min_hits,
+            records: Vec::new(),
+            key_map: vec![0u32; KEY_MAP_SIZE].into_boxed_slice(),
+            key_map_last: 0,
+            size_last_begin: 0,
+            last_check: 0,
+            last_draft: None,
+        }
+    }
+
+    /// Key records currently held.
+    pub fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
+    fn fresh_value(&self) -> Value {
+        Value {
+            pos: 0,
+            count: 0,
+            n_accepted: self.m,
+        }
+    }
+
+    /// Forgets everything indexed at or after `cleanup` (the history was cut back).
+    fn cleanup(&mut self, cleanup: usize) {
+        for slot in self.key_map.iter_mut() {
+            if *slot != 0 && *slot as usize >= cleanup {
+                *slot = 0;
+            }
+        }
+        self.key_map_last = cleanup.saturating_sub(1);
+        let key_only = self.key_only;
+        let empty = Value {
+            pos: 0,
+            count: 0,
+            ..self.fresh_value()
+        };
+        // Walk from last to first as the reference does; `retain_mut` visits in
+        // order, but each record's fate depends only on itself, so the result is the same.
+        self.records.retain_mut(|rec| {
+            if rec.pos >= cleanup {
+                return false;
+            }
+            if key_only {
+                return true;
+            }
+            for j in (0..MAX_VALUES).rev() {
+                let v = rec.values[j];
+                if v.pos != 0 && v.pos >= cleanup {
+                    rec.values.copy_within(j + 1.., j);
+                    // The reference clears the freed last slot's position and
+                    // count but keeps its `n_accepted` (sic).
+                    let last = &mut rec.values[MAX_VALUES - 1];
+                    last.pos = empty.pos;
+                    last.count = empty.count;
+                }
+            }
+            rec.values[0].pos != 0
+        });
+    }
+
+    /// Most recent-first scan of the not-yet-indexed ranges, in the reference's order.
+    fn scan(&self, history: &[Token], len: usize, head: &[Token], last: Token) -> usize {
+        let (n, m) = (self.n, self.m);
+        let matches = |j: usize| {
+            history.get(j + n - 1) == Some(&last) && history.get(j..j + n - 1) == Some(head)
+        };
+        if self.size_last_begin > n + m + 1 {
+            let mut j = self.size_last_begin - n - m - 1;
+            while j > self.key_map_last {
+                if matches(j) {
+                    return j;
+                }
+                j -= 1;
+            }
+        }
+        let mut j = len - n - m - 1;
+        while j > self.size_last_begin && j > self.key_map_last {
+            if matches(j) {
+                return j;
+            }
+            j -= 1;
+        }
+        0
+    }
+
+    fn index_new(&mut self, history: &[Token], len: usize) {
+        let (n, m) = (self.n, self.m);
+        let insert = |map: &mut [u32], j: usize| {
+            let slot = slot_of(history[j..j + n].iter().copied());
+            if map[slot] == 0 {
+                map[slot] = j as u32;
+            }
+        };
+        if self.size_last_begin > n + m + 1 {
+            let mut j = self.size_last_begin - n - m - 1;
+            while j > self.key_map_last {
+                insert(&mut self.key_map, j);
+                j -= 1;
+            }
+        }
+        let mut j = len - n - m - 1;
+        while j > self.size_last_begin && j > self.key_map_last {
+            insert(&mut self.key_map, j);
+            j -= 1;
+        }
+        self.key_map_last = self.key_map_last.max(len - n - m - 1);
+    }
+}
+
+impl Drafter for NgramMap {
+    fn name(&self) -> &str {
+        if self.key_only {
+            "ngram_map_k"
+        } else {
+            "ngram_map_k4v"
+        }
+    }
+
+    fn begin(&mut self, prompt: &[Token]) {
+        let size = prompt.len();
+        let (n, m) = (self.n, self.m);
+        self.last_draft = None;
+        let mut cleanup = self.size_last_begin;
+        if cleanup > size {
+            cleanup = if size > n + m { size - n - m } else { 0 };
+        }
+        if size < self.last_check {
+            self.cleanup(cleanup);
+        }
+        self.last_check = size;
+        self.size_last_begin = size;
+    }
+
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        _limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        let len = history.len();
+        let (n, m) = (self.n, self.m);
+        // The reference aborts when the history shrank without `begin`; we act as
+        // if `begin(history)` had been called.
+        if len < self.last_check || len < self.size_last_begin {
+            self.begin(history);
+        }
+        self.last_draft = None;
+        // Positions are stored as u32 (0 = empty), as in the reference.
+        if n == 0 || m == 0 || len < 2 * n + m || len >= u32::MAX as usize {
+            return;
+        }
+        self.last_check = len;
+
+        let head = &history[len - n + 1..];
+        let key = || head.iter().copied().chain(std::iter::once(last));
+        let matches = |p: usize| {
+            history.get(p + n - 1) == Some(&last) && history.get(p..p + n - 1) == Some(head)
+        };
+
+        let hashed = self.key_map[slot_of(key())] as usize;
+        let mut match_pos = 0;
+        if hashed != 0 && hashed < len - n - m - 1 && matches(hashed) {
+            match_pos = hashed;
+        }
+        if match_pos == 0 {
+            match_pos = self.scan(history, len, head, last);
+        }
+        self.index_new(history, len);
+        if match_pos == 0 {
+            return;
+        }
+
+        let record = match self.records.iter().position(|r| matches(r.pos)) {
+            Some(i) => i,
+            None => {
+                let fresh = self.fresh_value();
+                self.records.push(KeyRecord {
+                    pos: match_pos,
+                    stat_pos: 0,
+                    hits: 0,
+                    values: [fresh; MAX_VALUES],
+                });
+                self.records.len() - 1
+            }
+        };
+        let fresh = self.fresh_value();
+        let rec = &mut self.records[record];
+        rec.hits = (rec.hits + 1).min(MAX_COUNT);
+
+        let value = if self.key_only {
+            0
+        } else {
+            if (rec.hits as usize) < self.min_hits {
+                return;
+            }
+            // Count the values that followed each occurrence of the key in
+            // stat_pos..=match_pos (match_pos itself is counted again next time:
+            // the reference does this).
+            for i in rec.stat_pos..=match_pos {
+                if !matches(i) {
+                    continue;
+                }
+                let at = i + n;
+                let Some(candidate) = history.get(at..at + m) else {
+                    continue;
+                };
+                let slot = rec
+                    .values
+                    .iter()
+                    .position(|v| v.pos == 0 || history.get(v.pos..v.pos + m) == Some(candidate));
+                if let Some(s) = slot {
+                    let v = &mut rec.values[s];
+                    if v.pos == 0 {
+                        *v = Value { pos: at, ..fresh };
+                    }
+                    v.count = (v.count + 1).min(MAX_COUNT);
+                }
+            }
+            rec.stat_pos = match_pos;
+
+            let mut best = 0;
+            for (s, v) in rec.values.iter().enumerate() {
+                if v.count > rec.values[best].count {
+                    best = s;
+                }
+            }
+            let max = rec.values[best].count as u32;
+            let others: u32 = rec
+                .values
+                .iter()
+                .enumerate()
+                .filter(|&(s, _)| s != best)
+                .map(|(_, v)| v.count as u32)
+                .sum();
+            if others > 0 && max < 2 * others {
+                return;
+            }
+            best
+        };
+
+        // The draft continues the current match, not the winning value (the reference does this).
+        let count = m.min(rec.values[value].n_accepted);
+        let start = match_pos + n;
+        let end = (start + count).min(len);
+        draft.extend_from_slice(&history[start..end]);
+        self.last_draft = Some(LastDraft { record, value });
+    }
+
+    fn accept(&mut self, n_accepted: usize) {
+        if let Some(LastDraft { record, value }) = self.last_draft {
+            if let Some(rec) = self.records.get_mut(record) {
+                // The reference stores it as i16; drafts never exceed m anyway.
+                rec.values[value].n_accepted = n_accepted.min(self.m);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft(map: &mut NgramMap, h: &[Token], last: Token) -> Vec<Token> {
+        let mut out = Vec::new();
+        map.draft(h, last, DraftLimits::default(), &mut out);
+        out
+    }
+
+    #[test]
+    fn hash_matches_reference_arithmetic() {
+        // h = h * 2654435761 + t in u32, computed here in u64 and truncated.
+        let tokens = [1u32, 2, 0x7fff_ffff, 65536];
+        let mut h: u64 = 0;
+        for &t in &tokens {
+            h = (h.wrapping_mul(2_654_435_761).wrapping_add(t as u64)) & 0xffff_ffff;
+        }
+        assert_eq!(lcg_hash(tokens), h as u32);
+    }
+
+    #[test]
+    fn key_only_caps_draft_by_last_acceptance() {
+        let mut map = NgramMap::key_only(2, 4);
+        let mut h: Vec<Token> = vec![9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 1];
+        map.begin(&h);
+        assert_eq!(draft(&mut map, &h, 2), [3, 4, 5, 6]);
+        map.accept(2);
+        h.extend_from_slice(&[2, 7, 7, 1]);
+        assert_eq!(draft(&mut map, &h, 2), [3, 4]);
+    }
+
+    #[test]
+    fn k4v_needs_dominant_value() {
+        // key [1, 2] followed by [3, 3] twice and [4, 4] once: 2 >= 2 * 1 drafts.
+        let mut map = NgramMap::four_values(2, 2, 1);
+        let h: Vec<Token> = vec![0, 1, 2, 3, 3, 1, 2, 4, 4, 1, 2, 3, 3, 8, 8, 8, 1];
+        map.begin(&h);
+        let d = draft(&mut map, &h, 2);
+        // counts: positions 1 ([3,3]), 5 ([4,4]), 9 ([3,3]) -> max 2, others 1: draft.
+        assert_eq!(d, [3, 3]);
+    }
+
+    #[test]
+    fn shrunk_history_without_begin_is_recovered() {
+        let mut map = NgramMap::four_values(2, 2, 1);
+        let long: Vec<Token> = (0..200).map(|i| i % 7).collect();
+        map.begin(&long[..50]);
+        for l in 50..200 {
+            draft(&mut map, &long[..l], long[l]);
+            map.accept(1);
+        }
+        // A shorter, different history without begin: no panic, drafts stay in range.
+        let short: Vec<Token> = (0..30).map(|i| i % 5).collect();
+        let d = draft(&mut map, &short, 0);
+        assert!(d.iter().all(|t| *t < 5));
+        map.accept(1000);
+        assert!(draft(&mut map, &[], 0).is_empty());
+    }
+}

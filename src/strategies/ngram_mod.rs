@@ -1,0 +1,379 @@
+//! ngram-mod: one fixed-size hash pool from n-gram to next token, shared by
+//! every sequence of an engine, drafting token by token.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::config::MAX_POOL_SIZE;
+use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::Error;
+
+/// The empty-cell marker: llama.cpp's `EMPTY = -1` as a `u32`.
+///
+/// A token id equal to `EMPTY` (`u32::MAX`, i.e. `-1` as `i32`) can never be
+/// stored: adding an n-gram whose next token is `EMPTY` is skipped.
+pub const EMPTY: Token = u32::MAX;
+
+/// Occupancy above which `begin` clears the pool (llama.cpp's 0.25).
+const OCCUPANCY_LIMIT: f64 = 0.25;
+/// New history n-grams enter the pool once more than this many have accumulated.
+const CHUNK: usize = 32;
+/// Consecutive low-acceptance drafts that clear the pool.
+const LOW_STREAK: u32 = 3;
+const LCG_FACTOR: u64 = 6_364_136_223_846_793_005;
+
+/// The ngram-mod pool: `size` cells mapping the hash of an n-gram to the token
+/// that last followed it, shared by every ngram-mod drafter of an engine.
+///
+/// `Send + Sync`: share it through an [`Arc`] among the per-sequence
+/// [`Speculative`](crate::Speculative)s of an engine
+/// ([`Speculative::with_pool`](crate::Speculative::with_pool)). Cells are relaxed
+/// atomics and no lock is taken: a race between two sequences can only lose or
+/// swap an entry, which costs draft quality, never correctness of the engine's
+/// output (every draft is verified). Used from one thread, it behaves exactly
+/// like llama.cpp's pool.
+///
+/// ```
+/// use std::sync::Arc;
+/// use selfspec::NgramPool;
+///
+/// let pool = Arc::new(NgramPool::new(1 << 16)?);
+/// pool.add(&[1, 2, 3], 4);
+/// assert_eq!(pool.get(&[1, 2, 3]), Some(4));
+/// assert_eq!(pool.used(), 1);
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+pub struct NgramPool {
+    cells: Box<[AtomicU32]>,
+    used: AtomicUsize,
+    resets_occupancy: AtomicU64,
+    resets_low_acceptance: AtomicU64,
+}
+
+impl std::fmt::Debug for NgramPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NgramPool")
+            .field("size", &self.size())
+            .field("used", &self.used())
+            .field("resets_occupancy", &self.resets_occupancy())
+            .field("resets_low_acceptance", &self.resets_low_acceptance())
+            .finish()
+    }
+}
+
+impl NgramPool {
+    /// A pool of `size` empty cells (4 bytes each).
+    ///
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE).
+    pub fn new(size: usize) -> Result<NgramPool, Error> {
+        if size == 0 || size > MAX_POOL_SIZE {
+            return Err(Error::OutOfRange {
+                context: "ngram-mod pool",
+                field: "pool_size",
+                value: size,
+                min: 1,
+                max: MAX_POOL_SIZE,
+            });
+        }
+        Ok(NgramPool {
+            cells: (0..size).map(|_| AtomicU32::new(EMPTY)).collect(),
+            used: AtomicUsize::new(0),
+            resets_occupancy: AtomicU64::new(0),
+            resets_low_acceptance: AtomicU64::new(0),
+        })
+    }
+
+    /// Number of cells.
+    pub fn size(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Cells written since the last reset (llama.cpp's `used`).
+    pub fn used(&self) -> usize {
+        self.used.load(Relaxed)
+    }
+
+    /// Bytes held by the cells.
+    pub fn size_bytes(&self) -> usize {
+        self.cells.len() * std::mem::size_of::<AtomicU32>()
+    }
+
+    /// Resets because occupancy passed 0.25 in a `begin`.
+    pub fn resets_occupancy(&self) -> u64 {
+        self.resets_occupancy.load(Relaxed)
+    }
+
+    /// Resets because of three low-acceptance drafts in a row.
+    pub fn resets_low_acceptance(&self) -> u64 {
+        self.resets_low_acceptance.load(Relaxed)
+    }
+
+    /// The cell of an n-gram: llama.cpp's 64-bit LCG over the ids as `i32`, mod size.
+    #[inline]
+    fn index(&self, key: &[Token]) -> usize {
+        let h = key.iter().fold(0u64, |h, &t| {
+            // Widen as llama.cpp widens its i32 token (sign-extended).
+            h.wrapping_mul(LCG_FACTOR)
+                .wrapping_add(t as i32 as i64 as u64)
+        });
+        (h % self.cells.len() as u64) as usize
+    }
+
+    /// Records that `key` was followed by `next`. Returns whether the cell was empty.
+    #[inline]
+    pub fn add(&self, key: &[Token], next: Token) -> bool {
+        if next == EMPTY {
+            return false;
+        }
+        let cell = &self.cells[self.index(key)];
+        // A plain load and store, not a swap: racing writers may both count a
+        // cell as new, which only makes the occupancy reset come earlier.
+        let was_empty = cell.load(Relaxed) == EMPTY;
+        cell.store(next, Relaxed);
+        if was_empty {
+            self.used.fetch_add(1, Relaxed);
+        }
+        was_empty
+    }
+
+    /// Adds every n-gram of `tokens` whose next token is in `tokens`.
+    fn add_all(&self, tokens: &[Token], n: usize) {
+        let mut fresh = 0;
+        for w in tokens.windows(n + 1) {
+            if w[n] == EMPTY {
+                continue;
+            }
+            let cell = &self.cells[self.index(&w[..n])];
+            fresh += usize::from(cell.load(Relaxed) == EMPTY);
+            cell.store(w[n], Relaxed);
+        }
+        self.used.fetch_add(fresh, Relaxed);
+    }
+
+    /// The token last recorded after `key`, if any (or after a colliding n-gram).
+    #[inline]
+    pub fn get(&self, key: &[Token]) -> Option<Token> {
+        let t = self.cells[self.index(key)].load(Relaxed);
+        (t != EMPTY).then_some(t)
+    }
+
+    /// Empties every cell.
+    pub fn reset(&self) {
+        for cell in self.cells.iter() {
+            cell.store(EMPTY, Relaxed);
+        }
+        self.used.store(0, Relaxed);
+    }
+
+    fn occupancy(&self) -> f64 {
+        self.used() as f64 / self.size() as f64
+    }
+}
+
+/// llama.cpp's `ngram-mod` drafter: the per-sequence half, over a shared [`NgramPool`].
+///
+/// `begin` adds every n-gram of the prompt to the pool (and clears the pool
+/// when it is more than a quarter full); `draft` adds the history's new n-grams
+/// in chunks of 32 and then follows the pool from the key, one token per
+/// lookup, for at most `draft_max` tokens; three drafts in a row with less than
+/// half accepted clear the pool.
+///
+/// ```
+/// use std::sync::Arc;
+/// use selfspec::{DraftLimits, Drafter, NgramPool, strategies::NgramMod};
+///
+/// let pool = Arc::new(NgramPool::new(1 << 16)?);
+/// let mut ngram_mod = NgramMod::new(2, pool);
+/// let prompt = [1, 2, 3, 4, 5, 1, 2];
+/// ngram_mod.begin(&prompt);
+/// let mut draft = Vec::new();
+/// ngram_mod.draft(&prompt, 3, DraftLimits { min: 0, max: 3 }, &mut draft);
+/// assert_eq!(draft, [4, 5, 1]);
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct NgramMod {
+    n: usize,
+    pool: Arc<NgramPool>,
+    i_last: usize,
+    n_draft_last: usize,
+    n_low: u32,
+    window: Vec<Token>,
+}
+
+impl NgramMod {
+    /// A drafter with key size `n` over `pool`.
+    pub fn new(n: usize, pool: Arc<NgramPool>) -> NgramMod {
+        NgramMod {
+            n,
+            pool,
+            i_last: 0,
+            n_draft_last: 0,
+            n_low: 0,
+            window: Vec::new(),
+        }
+    }
+
+    /// The shared pool.
+    pub fn pool(&self) -> &Arc<NgramPool> {
+        &self.pool
+    }
+}
+
+impl Drafter for NgramMod {
+    fn name(&self) -> &str {
+        "ngram_mod"
+    }
+
+    fn begin(&mut self, prompt: &[Token]) {
+        self.i_last = 0;
+        self.n_draft_last = 0;
+        let n = self.n;
+        if n == 0 || prompt.len() < n {
+            return;
+        }
+        self.pool.add_all(prompt, n);
+        self.i_last = prompt.len() - n;
+        if self.pool.occupancy() > OCCUPANCY_LIMIT {
+            self.pool.reset();
+            self.pool.resets_occupancy.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        self.n_draft_last = 0;
+        let (n, len) = (self.n, history.len());
+        if n == 0 || len < n {
+            return;
+        }
+        // A history cut back without `begin`: resume adding from its end rather
+        // than wait for it to regrow past the old mark.
+        if self.i_last + n > len {
+            self.i_last = len - n;
+        }
+        if self.i_last + CHUNK < len {
+            self.pool.add_all(&history[self.i_last..], n);
+            self.i_last = len - n;
+        }
+
+        let window = &mut self.window;
+        window.clear();
+        window.extend_from_slice(&history[len - n + 1..]);
+        window.push(last);
+        for i in 0..limits.max {
+            match self.pool.get(&window[i..i + n]) {
+                Some(token) => window.push(token),
+                None if i < limits.min => return,
+                None => break,
+            }
+        }
+        draft.extend_from_slice(&window[n..]);
+        self.n_draft_last = window.len() - n;
+    }
+
+    fn accept(&mut self, n_accepted: usize) {
+        if self.n_draft_last == 0 {
+            return;
+        }
+        // f_acc = n_accepted / n_draft_last < 0.5, in integers.
+        if n_accepted.saturating_mul(2) < self.n_draft_last {
+            self.n_low += 1;
+            if self.n_low >= LOW_STREAK {
+                self.pool.reset();
+                self.pool.resets_low_acceptance.fetch_add(1, Relaxed);
+                self.n_low = 0;
+            }
+        } else {
+            self.n_low = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(size: usize) -> Arc<NgramPool> {
+        Arc::new(NgramPool::new(size).unwrap())
+    }
+
+    #[test]
+    fn zero_pool_is_an_error() {
+        let err = NgramPool::new(0).unwrap_err();
+        assert!(err.to_string().contains("pool_size"), "{err}");
+    }
+
+    #[test]
+    fn hash_widens_ids_as_i32() {
+        // 2^32 - 2 is -2 as i32; llama.cpp adds it sign-extended to 64 bits.
+        let p = NgramPool::new(65521).unwrap();
+        let h = 0u64.wrapping_mul(LCG_FACTOR).wrapping_add((-2i64) as u64);
+        assert_eq!(p.index(&[u32::MAX - 1]), (h % 65521) as usize);
+    }
+
+    #[test]
+    fn empty_sentinel_is_never_stored() {
+        let p = NgramPool::new(64).unwrap();
+        assert!(!p.add(&[1, 2], EMPTY));
+        assert_eq!(p.used(), 0);
+        assert_eq!(p.get(&[1, 2]), None);
+    }
+
+    #[test]
+    fn draft_min_drops_short_drafts() {
+        let mut d = NgramMod::new(2, pool(1 << 10));
+        d.begin(&[1, 2, 3, 4]);
+        let mut out = Vec::new();
+        d.draft(
+            &[1, 2, 3, 4, 7, 1],
+            2,
+            DraftLimits { min: 3, max: 8 },
+            &mut out,
+        );
+        assert!(out.is_empty(), "{out:?}");
+        d.draft(
+            &[1, 2, 3, 4, 7, 1],
+            2,
+            DraftLimits { min: 2, max: 8 },
+            &mut out,
+        );
+        assert_eq!(out, [3, 4]);
+    }
+
+    #[test]
+    fn three_low_acceptances_reset_the_pool() {
+        let p = pool(1 << 10);
+        let mut d = NgramMod::new(1, p.clone());
+        let h: Vec<Token> = (0..40).map(|i| i % 4).collect();
+        d.begin(&h);
+        assert!(p.used() > 0);
+        let mut out = Vec::new();
+        for round in 0..3 {
+            out.clear();
+            d.draft(&h, 0, DraftLimits { min: 0, max: 8 }, &mut out);
+            assert_eq!(out.len(), 8, "round {round}");
+            d.accept(3);
+        }
+        assert_eq!(p.used(), 0);
+        assert_eq!(p.resets_low_acceptance(), 1);
+    }
+
+    #[test]
+    fn shrinking_history_does_not_panic() {
+        let mut d = NgramMod::new(3, pool(256));
+        let h: Vec<Token> = (0..100).collect();
+        d.begin(&h);
+        let mut out = Vec::new();
+        for len in [100, 3, 2, 0, 50, 1] {
+            out.clear();
+            d.draft(&h[..len], 7, DraftLimits { min: 0, max: 16 }, &mut out);
+            d.accept(usize::MAX);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! ngram-simple: copy what followed the most recent earlier occurrence of the key.
+
+use crate::drafter::{DraftLimits, Drafter, Token};
+
+/// llama.cpp's `ngram-simple` drafter.
+///
+/// The key is the last `n` tokens of `history ++ [last]`. The draft is the
+/// `m` tokens that followed the most recent earlier occurrence of the key
+/// (fewer near the end of the history, none when fewer than `n` follow).
+/// Stateless: `begin` and `accept` do nothing.
+///
+/// ```
+/// use selfspec::{DraftLimits, Drafter, strategies::NgramSimple};
+///
+/// let mut simple = NgramSimple::new(2, 3);
+/// let history = [9, 1, 2, 3, 4, 5, 6, 7, 1];
+/// let mut draft = Vec::new();
+/// simple.draft(&history, 2, DraftLimits::default(), &mut draft);
+/// assert_eq!(draft, [3, 4, 5]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct NgramSimple {
+    n: usize,
+    m: usize,
+}
+
+impl NgramSimple {
+    /// A drafter with key size `n` and draft size `m`.
+    ///
+    /// Sizes of 0 make it never draft; [`Strategy::validate`](crate::Strategy::validate)
+    /// rejects them.
+    pub fn new(n: usize, m: usize) -> NgramSimple {
+        NgramSimple { n, m }
+    }
+}
+
+/// Position of the most recent occurrence of `key` that starts in `1..=start`,
+/// scanning backwards (position 0 is never reported: the reference uses 0 for
+/// "none"). `key` is `history[..]` tail plus `last`, passed as its two parts.
+#[inline]
+pub(crate) fn rfind_key(
+    history: &[Token],
+    start: usize,
+    head: &[Token],
+    last: Token,
+) -> Option<usize> {
+    let n1 = head.len();
+    // Checking the key's last token first rejects almost every position at once.
+    (1..=start)
+        .rev()
+        .find(|&j| history.get(j + n1) == Some(&last) && history.get(j..j + n1) == Some(head))
+}
+
+impl Drafter for NgramSimple {
+    fn name(&self) -> &str {
+        "ngram_simple"
+    }
+
+    fn begin(&mut self, _prompt: &[Token]) {}
+
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        _limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        let (n, m, len) = (self.n, self.m, history.len());
+        if n == 0 || m == 0 || len <= n + m + 1 {
+            return;
+        }
+        let head = &history[len - n + 1..];
+        let Some(pos) = rfind_key(history, len - n - 1, head, last) else {
+            return;
+        };
+        let copy = m.min(len - (pos + n));
+        // The reference compares the copy length with n, not with 1 (sic).
+        if copy < n {
+            return;
+        }
+        draft.extend_from_slice(&history[pos + n..pos + n + copy]);
+    }
+
+    fn accept(&mut self, _n_accepted: usize) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(n: usize, m: usize, history: &[Token], last: Token) -> Vec<Token> {
+        let mut out = Vec::new();
+        NgramSimple::new(n, m).draft(history, last, DraftLimits::default(), &mut out);
+        out
+    }
+
+    #[test]
+    fn corner_cases() {
+        // (n, m, history, last, expected draft)
+        let cases: &[(usize, usize, &[Token], Token, &[Token])] = &[
+            // too short: len <= n + m + 1
+            (2, 2, &[1, 2, 3, 4, 5], 2, &[]),
+            // most recent match wins
+            (1, 2, &[7, 5, 1, 8, 8, 5, 2, 3, 9], 5, &[2, 3]),
+            // a match at position 0 is never reported
+            (2, 2, &[1, 2, 3, 4, 0, 0, 0, 1], 2, &[]),
+            // position 1 is
+            (2, 2, &[0, 1, 2, 3, 4, 0, 0, 1], 2, &[3, 4]),
+            // copy shorter than n: dropped (sic)
+            (3, 8, &[0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1, 2, 3, 1, 2], 3, &[]),
+            // the same key further back copies fine
+            (
+                3,
+                8,
+                &[0, 9, 9, 9, 9, 9, 9, 9, 1, 2, 3, 4, 5, 1, 2],
+                3,
+                &[4, 5, 1, 2],
+            ),
+            // copy clipped to what follows, but >= n
+            (2, 8, &[0, 5, 5, 5, 5, 5, 5, 1, 2, 3, 4, 1], 2, &[3, 4, 1]),
+            // last token must match too
+            (2, 2, &[0, 1, 2, 3, 4, 0, 0, 1], 9, &[]),
+            // ids at the top of the u32 range
+            (1, 2, &[0, u32::MAX, 7, 8, 0, 0, 0], u32::MAX, &[7, 8]),
+        ];
+        for (i, &(n, m, h, last, want)) in cases.iter().enumerate() {
+            assert_eq!(run(n, m, h, last), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn zero_sizes_never_draft() {
+        assert!(run(0, 4, &[1; 20], 1).is_empty());
+        assert!(run(2, 0, &[1; 20], 1).is_empty());
+    }
+}
