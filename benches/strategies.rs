@@ -1,1 +1,279 @@
-fn main() {}
+//! Criterion benchmarks: draft calls per strategy and history length in the
+//! engine's real pattern (the history grows by 1 + accepted tokens between
+//! calls), `begin` of long prompts, pool resets, and whole-replay throughput.
+//!
+//! `cargo bench` runs them all; `cargo bench -- draft/ngram-simple` one group.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use selfspec::replay::{replay, Request, Session};
+use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
+use selfspec::{Config, DraftLimits, Drafter, NgramPool, Speculative, Strategy, Token};
+
+/// A deterministic xorshift generator: benches must not depend on a seed crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Text-like: Zipf-ish words from a 5000-token vocabulary, with phrases and
+/// whole sentences reused now and then (as chat histories repeat themselves).
+fn text_stream(len: usize, seed: u64) -> Vec<Token> {
+    let mut rng = Rng(seed | 1);
+    let mut out: Vec<Token> = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        if out.len() > 256 && rng.below(10) == 0 {
+            // Quote an earlier passage of 8..72 tokens.
+            let n = 8 + rng.below(64) as usize;
+            let start = rng.below((out.len() - n) as u64) as usize;
+            out.extend_from_within(start..start + n);
+        } else {
+            // Zipf-like: small ids are much more frequent.
+            let r = rng.below(1 << 20) as f64 / (1u64 << 20) as f64;
+            out.push((5000f64.powf(r) as Token).min(4999));
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// Code-edit-like: a file, then copies of it with sparse edits.
+fn code_edit_stream(len: usize, seed: u64) -> Vec<Token> {
+    let mut rng = Rng(seed | 1);
+    let mut file: Vec<Token> = text_stream(2048, seed ^ 0x9e37);
+    let mut out = file.clone();
+    while out.len() < len {
+        let mut next = Vec::with_capacity(file.len() + 16);
+        for &t in &file {
+            match rng.below(200) {
+                0 => next.push(rng.below(5000) as Token),
+                1 => {}
+                2 => next.extend([t, rng.below(5000) as Token]),
+                _ => next.push(t),
+            }
+        }
+        out.extend_from_slice(&next);
+        file = next;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Times `draft` calls the way an engine makes them: from a prompt of `len`
+/// tokens, the history grows by the sampled token plus the accepted draft
+/// tokens; after `window` tokens the drafter starts over (untimed).
+fn steady_state(
+    make: &dyn Fn() -> Box<dyn Drafter>,
+    stream: &[Token],
+    len: usize,
+    limits: DraftLimits,
+    iters: u64,
+) -> Duration {
+    let window = (len / 8).clamp(256, 8192);
+    let mut drafter = make();
+    drafter.begin(&stream[..len]);
+    let mut draft = Vec::with_capacity(64);
+    let mut pos = len;
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let t = Instant::now();
+        while done < iters && pos + limits.max + 1 < len + window {
+            draft.clear();
+            drafter.draft(&stream[..pos], stream[pos], limits, &mut draft);
+            draft.truncate(limits.max);
+            let truth = &stream[pos + 1..];
+            let n = draft.iter().zip(truth).take_while(|(d, t)| d == t).count();
+            if n > 0 {
+                drafter.accept(n);
+            }
+            pos += 1 + n;
+            done += 1;
+        }
+        total += t.elapsed();
+        drafter.begin(&stream[..len]);
+        pos = len;
+    }
+    black_box(&draft);
+    total
+}
+
+const LENGTHS: [usize; 3] = [1 << 10, 16 << 10, 128 << 10];
+
+/// Builds a fresh drafter for one steady-state run.
+type Make = Box<dyn Fn() -> Box<dyn Drafter>>;
+
+fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
+    let dflt = DraftLimits { min: 0, max: 16 };
+    let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+    vec![
+        (
+            "ngram-simple-12-48",
+            Box::new(|| Box::new(NgramSimple::new(12, 48)) as Box<dyn Drafter>),
+            dflt,
+        ),
+        (
+            "ngram-map-k-12-48",
+            Box::new(|| Box::new(NgramMap::key_only(12, 48)) as Box<dyn Drafter>),
+            dflt,
+        ),
+        (
+            "ngram-map-k4v-8-8-2",
+            Box::new(|| Box::new(NgramMap::four_values(8, 8, 2)) as Box<dyn Drafter>),
+            dflt,
+        ),
+        (
+            "ngram-mod-24",
+            Box::new(move || {
+                pool.reset();
+                Box::new(NgramMod::new(24, pool.clone())) as Box<dyn Drafter>
+            }),
+            DraftLimits { min: 48, max: 64 },
+        ),
+    ]
+}
+
+fn bench_draft(c: &mut Criterion) {
+    let longest = LENGTHS[LENGTHS.len() - 1] + 16384;
+    let streams = [
+        ("text", text_stream(longest, 7)),
+        ("code", code_edit_stream(longest, 11)),
+    ];
+    for (name, make, limits) in strategies() {
+        let mut group = c.benchmark_group(format!("draft/{name}"));
+        group.warm_up_time(Duration::from_millis(500));
+        group.measurement_time(Duration::from_secs(2));
+        group.sample_size(20);
+        for (kind, stream) in &streams {
+            for len in LENGTHS {
+                group.bench_function(format!("{kind}/{}k", len >> 10), |b| {
+                    b.iter_custom(|iters| steady_state(&*make, stream, len, limits, iters))
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+fn bench_begin(c: &mut Criterion) {
+    let stream = text_stream(128 << 10, 3);
+    let mut group = c.benchmark_group("begin");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(3));
+    for len in [32 << 10, 128 << 10] {
+        let prompt = &stream[..len];
+        // ngram-map's index is built by the first draft after begin.
+        group.bench_function(format!("ngram-map-k-first-draft/{}k", len >> 10), |b| {
+            b.iter_batched_ref(
+                || NgramMap::key_only(12, 48),
+                |map| {
+                    let mut draft = Vec::new();
+                    map.begin(prompt);
+                    map.draft(prompt, 1, DraftLimits::default(), &mut draft);
+                    black_box(draft)
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+        group.bench_function(format!("ngram-mod-24/{}k", len >> 10), |b| {
+            b.iter_batched_ref(
+                || {
+                    pool.reset();
+                    NgramMod::new(24, pool.clone())
+                },
+                |m| m.begin(prompt),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+
+    let pool = NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap();
+    c.bench_function("pool-reset/4Mi", |b| b.iter(|| pool.reset()));
+}
+
+fn load(text: &str) -> Vec<Session> {
+    #[derive(serde::Deserialize)]
+    struct R {
+        prompt: Vec<u32>,
+        output: Vec<u32>,
+    }
+    #[derive(serde::Deserialize)]
+    struct S {
+        requests: Vec<R>,
+    }
+    text.lines()
+        .map(|l| {
+            let s: S = serde_json::from_str(l).unwrap();
+            Session::new(
+                "",
+                "",
+                s.requests
+                    .into_iter()
+                    .map(|r| Request::new(r.prompt, r.output))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn bench_replay(c: &mut Criterion) {
+    let samples = [
+        (
+            "chat",
+            load(include_str!("../examples/data/sample-chat.jsonl")),
+        ),
+        (
+            "code-edit",
+            load(include_str!("../examples/data/sample-code-edit.jsonl")),
+        ),
+    ];
+    let mut configs: Vec<(String, Config)> = ["ngram-simple", "ngram-map-k", "ngram-map-k4v"]
+        .iter()
+        .map(|n| (n.to_string(), Config::new([n.parse::<Strategy>().unwrap()])))
+        .collect();
+    configs.push((
+        "ngram-mod-24".into(),
+        Config::new([Strategy::NgramMod { n: 24 }])
+            .with_draft_max(64)
+            .with_draft_min(48),
+    ));
+    configs.push(("llama-cpp-chain".into(), Config::llama_cpp_chain()));
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(4));
+    for (kind, sessions) in &samples {
+        let tokens: u64 = sessions
+            .iter()
+            .flat_map(|s| &s.requests)
+            .map(|r| r.output.len() as u64)
+            .sum();
+        group.throughput(Throughput::Elements(tokens));
+        for (name, config) in &configs {
+            group.bench_function(format!("{name}/{kind}"), |b| {
+                b.iter_batched_ref(
+                    || Speculative::new(config).unwrap(),
+                    |spec| black_box(replay(spec, sessions).accepted),
+                    BatchSize::LargeInput,
+                )
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_draft, bench_begin, bench_replay);
+criterion_main!(benches);

@@ -97,7 +97,8 @@ mod tests {
     #[test]
     fn corner_cases() {
         // (n, m, history, last, expected draft)
-        let cases: &[(usize, usize, &[Token], Token, &[Token])] = &[
+        type Case<'a> = (usize, usize, &'a [Token], Token, &'a [Token]);
+        let cases: &[Case] = &[
             // too short: len <= n + m + 1
             (2, 2, &[1, 2, 3, 4, 5], 2, &[]),
             // most recent match wins

@@ -1,0 +1,220 @@
+//! Replays recorded generations through selfspec's drafters and prints tau,
+//! acceptance and cost per strategy (the protocol of `REPLAY.md`).
+//!
+//! ```text
+//! cargo run --release --example replay                      # embedded samples, every strategy
+//! cargo run --release --example replay -- FILE.jsonl ... \
+//!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N]
+//! ```
+//!
+//! Several `--strategy` options form one chain, in the order given. Without
+//! `--strategy`, each strategy is replayed alone and then llama.cpp's chain.
+
+use std::process::ExitCode;
+
+use selfspec::replay::{replay, ReplayReport, Request, Session};
+use selfspec::{Config, Speculative, Strategy};
+use serde::Deserialize;
+
+const SAMPLES: [(&str, &str); 2] = [
+    ("sample-chat", include_str!("data/sample-chat.jsonl")),
+    (
+        "sample-code-edit",
+        include_str!("data/sample-code-edit.jsonl"),
+    ),
+];
+
+const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
+[--draft-max N] [--draft-min N] [--pool-size N]";
+
+#[derive(Deserialize)]
+struct JsonRequest {
+    prompt: Vec<u32>,
+    output: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct JsonSession {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    kind: String,
+    requests: Vec<JsonRequest>,
+}
+
+fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, String> {
+    let mut sessions = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: JsonSession = serde_json::from_str(line)
+            .map_err(|e| format!("{name}:{}: not a workload session: {e}", i + 1))?;
+        let requests = s
+            .requests
+            .into_iter()
+            .map(|r| Request::new(r.prompt, r.output))
+            .collect();
+        sessions.push(Session::new(s.id, s.kind, requests));
+    }
+    if sessions.is_empty() {
+        return Err(format!("{name}: no sessions"));
+    }
+    Ok(sessions)
+}
+
+struct Options {
+    files: Vec<String>,
+    strategies: Vec<Strategy>,
+    draft_max: Option<usize>,
+    draft_min: Option<usize>,
+    pool_size: Option<usize>,
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut o = Options {
+        files: Vec::new(),
+        strategies: Vec::new(),
+        draft_max: None,
+        draft_min: None,
+        pool_size: None,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))
+        };
+        let number = |flag: &str, v: String| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{flag} `{v}` is not a non-negative integer"))
+        };
+        match arg.as_str() {
+            "--strategy" | "-s" => {
+                let v = value(&arg)?;
+                o.strategies
+                    .push(v.parse().map_err(|e| format!("--strategy: {e}"))?);
+            }
+            "--draft-max" => o.draft_max = Some(number(&arg, value(&arg)?)?),
+            "--draft-min" => o.draft_min = Some(number(&arg, value(&arg)?)?),
+            "--pool-size" => o.pool_size = Some(number(&arg, value(&arg)?)?),
+            "--help" | "-h" => return Err(USAGE.to_string()),
+            flag if flag.starts_with('-') => {
+                return Err(format!("unknown option `{flag}`; {USAGE}"))
+            }
+            _ => o.files.push(arg),
+        }
+    }
+    Ok(o)
+}
+
+fn configs(o: &Options) -> Vec<(String, Config)> {
+    let limits = |mut c: Config| {
+        c.draft_max = o.draft_max.unwrap_or(c.draft_max);
+        c.draft_min = o.draft_min.unwrap_or(c.draft_min);
+        c.pool_size = o.pool_size.unwrap_or(c.pool_size);
+        c
+    };
+    if !o.strategies.is_empty() {
+        let label = o
+            .strategies
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(" > ");
+        return vec![(label, limits(Config::new(o.strategies.clone())))];
+    }
+    let mut list: Vec<(String, Config)> =
+        ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
+            .iter()
+            .filter_map(|name| Strategy::from_name(name))
+            .map(|s| (s.to_string(), limits(Config::new([s]))))
+            .collect();
+    // llama.cpp's recommended ngram-mod setting, with its own limits unless overridden.
+    let mod24 = Config::new([Strategy::NgramMod { n: 24 }])
+        .with_draft_max(64)
+        .with_draft_min(48);
+    let mut mod24 = limits(mod24);
+    if o.draft_max.is_none() && o.draft_min.is_none() {
+        mod24 = mod24.with_draft_max(64).with_draft_min(48);
+    }
+    list.push(("ngram-mod:n=24".to_string(), mod24));
+    list.push((
+        "llama.cpp chain".to_string(),
+        limits(Config::llama_cpp_chain()),
+    ));
+    list
+}
+
+fn row(label: &str, config: &Config, r: &ReplayReport) {
+    println!(
+        "{:<36} {:>4}..{:<4} {:>7.3} {:>7.3} {:>9} {:>9} {:>9.2}",
+        label,
+        config.draft_min,
+        config.draft_max,
+        r.tau(),
+        r.acceptance(),
+        r.drafted,
+        r.accepted,
+        r.micros_per_draft()
+    );
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let mut workloads = Vec::new();
+    if o.files.is_empty() {
+        for (name, text) in SAMPLES {
+            workloads.push((name.to_string(), parse_workload(name, text)?));
+        }
+    } else {
+        for f in &o.files {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
+            workloads.push((f.clone(), parse_workload(f, &text)?));
+        }
+    }
+    let configs = configs(&o);
+    for (_, c) in &configs {
+        c.validate().map_err(|e| e.to_string())?;
+    }
+    for (name, sessions) in &workloads {
+        let requests: usize = sessions.iter().map(|s| s.requests.len()).sum();
+        let tokens: usize = sessions
+            .iter()
+            .flat_map(|s| &s.requests)
+            .map(|r| r.output.len())
+            .sum();
+        println!(
+            "\n== {name}: {} sessions, {requests} requests, {tokens} output tokens",
+            sessions.len()
+        );
+        println!(
+            "{:<36} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9}",
+            "strategy", "draft", "tau", "accept", "drafted", "accepted", "us/draft"
+        );
+        let mut lines = Vec::new();
+        for (label, config) in &configs {
+            let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
+            let report = replay(&mut spec, sessions);
+            row(label, config, &report);
+            lines.push((label.clone(), spec.stats().to_vec()));
+        }
+        println!();
+        for (label, stats) in lines {
+            println!("[{label}]");
+            for s in stats {
+                println!("  {s}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match parse_args(std::env::args().skip(1)).and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("replay: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
