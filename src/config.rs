@@ -14,13 +14,13 @@ pub const MAX_NGRAM: usize = 1024;
 /// Largest `draft_max` accepted (llama.cpp passes accepted counts as `u16`).
 pub const MAX_DRAFT: usize = 4096;
 
-/// Largest ngram-mod pool, in cells (4 bytes each: 8 GiB).
+/// Largest ngram-mod pool, in cells (8 bytes each: 16 GiB).
 pub const MAX_POOL_SIZE: usize = 1 << 31;
 
 /// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
 pub const MAX_MIN_HITS: usize = 16380;
 
-/// llama.cpp's ngram-mod pool size: 4 Mi cells (16 MiB).
+/// llama.cpp's ngram-mod pool size: 4 Mi cells (32 MiB here: 8 bytes a cell).
 pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
 
 /// One drafting strategy and its parameters.
@@ -242,7 +242,7 @@ pub struct Config {
     /// Drafts shorter than this are dropped and the next strategy is asked
     /// (`--draft-min`, default 0).
     pub draft_min: usize,
-    /// Cells of the ngram-mod pool (4 bytes each; default 4 Mi, llama.cpp's size).
+    /// Cells of the ngram-mod pool (8 bytes each; default 4 Mi, llama.cpp's size).
     pub pool_size: usize,
 }
 

@@ -7,6 +7,8 @@
 mod ngram_map;
 mod ngram_mod;
 mod ngram_simple;
+mod poly;
+mod position_index;
 
 pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
 pub use ngram_mod::{NgramMod, NgramPool, EMPTY};

@@ -1,6 +1,11 @@
 //! ngram-map-k and ngram-map-k4v: key records with per-value statistics,
 //! found through a 2^18-slot LCG hash index of history positions.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::poly::Poly;
+use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
@@ -9,20 +14,35 @@ pub const KEY_MAP_SIZE: usize = 1 << 18;
 const MAX_VALUES: usize = 4;
 /// Key and value counters saturate here (`COMMON_NGRAM_MAX_VALUE_COUNT`).
 const MAX_COUNT: u16 = 16380;
-const LCG_FACTOR: u32 = 2_654_435_761;
+const LCG_FACTOR: u64 = 2_654_435_761;
 
-/// The reference's hash of an n-gram; the golden traces pin the slots it gives.
+/// The reference's hash of an n-gram is `h = h * 2654435761 + t` in u32: the
+/// low half of the same polynomial in u64, which can be rolled (see `poly`).
+/// The golden traces pin the slots it gives.
 #[inline]
-fn lcg_hash(tokens: impl IntoIterator<Item = Token>) -> u32 {
-    tokens
-        .into_iter()
-        .fold(0u32, |h, t| h.wrapping_mul(LCG_FACTOR).wrapping_add(t))
+fn slot(h: u64) -> usize {
+    (h as u32) as usize % KEY_MAP_SIZE
 }
 
-#[inline]
-fn slot_of(tokens: impl IntoIterator<Item = Token>) -> usize {
-    lcg_hash(tokens) as usize % KEY_MAP_SIZE
+/// Keys are already hashes: pass them through (with one mixing step).
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
 }
+
+type HashIndex = HashMap<u64, u32, BuildHasherDefault<PassThrough>>;
 
 #[derive(Clone, Copy, Debug)]
 struct Value {
@@ -75,6 +95,14 @@ pub struct NgramMap {
     key_only: bool,
     min_hits: usize,
     records: Vec<KeyRecord>,
+    /// Key hash -> the first record with that hash: finds a key's record in
+    /// O(1) where the reference searches the list.
+    record_of: HashIndex,
+    /// Every n-gram of the history: the reference's scans, in O(1 + matches).
+    index: PositionIndex,
+    lcg: Poly,
+    /// Occurrences of a key being counted (k4v), reused across calls.
+    scratch: Vec<usize>,
     /// Hash of an n-gram -> one history position where it occurs (0 = empty).
     key_map: Box<[u32]>,
     key_map_last: usize,
@@ -115,6 +143,10 @@ impl NgramMap {
             key_only,
             min_hits,
             records: Vec::new(),
+            record_of: HashIndex::default(),
+            index: PositionIndex::new(n),
+            lcg: Poly::new(LCG_FACTOR, n.max(1)),
+            scratch: Vec::new(),
             key_map: vec![0u32; KEY_MAP_SIZE].into_boxed_slice(),
             key_map_last: 0,
             size_last_begin: 0,
@@ -174,52 +206,88 @@ impl NgramMap {
         });
     }
 
-    /// Most recent-first scan of the not-yet-indexed ranges, in the reference's order.
-    fn scan(&self, history: &[Token], len: usize, head: &[Token], last: Token) -> usize {
+    /// The reference's scans of the not-yet-indexed ranges, newest first:
+    /// `size_last_begin-n-m-1` down to `key_map_last+1`, then `len-n-m-1` down
+    /// to `max(size_last_begin, key_map_last)+1`; answered by the position index.
+    fn scan(&self, len: usize, hash: u64, head: &[Token], last: Token) -> usize {
         let (n, m) = (self.n, self.m);
-        let matches = |j: usize| {
-            history.get(j + n - 1) == Some(&last) && history.get(j..j + n - 1) == Some(head)
+        let in_range = |upper: usize, lower: usize| {
+            if upper <= lower {
+                return None;
+            }
+            self.index
+                .latest(hash, head, last, upper)
+                .filter(|&j| j > lower)
         };
         if self.size_last_begin > n + m + 1 {
-            let mut j = self.size_last_begin - n - m - 1;
-            while j > self.key_map_last {
-                if matches(j) {
-                    return j;
-                }
-                j -= 1;
-            }
-        }
-        let mut j = len - n - m - 1;
-        while j > self.size_last_begin && j > self.key_map_last {
-            if matches(j) {
+            if let Some(j) = in_range(self.size_last_begin - n - m - 1, self.key_map_last) {
                 return j;
             }
-            j -= 1;
         }
-        0
+        in_range(len - n - m - 1, self.size_last_begin.max(self.key_map_last)).unwrap_or(0)
     }
 
+    /// Adds the new positions to the LCG index, walking the reference's two
+    /// ranges downwards (first writer wins, so the order matters), rolling the
+    /// hash backwards instead of recomputing it per position.
     fn index_new(&mut self, history: &[Token], len: usize) {
         let (n, m) = (self.n, self.m);
-        let insert = |map: &mut [u32], j: usize| {
-            let slot = slot_of(history[j..j + n].iter().copied());
-            if map[slot] == 0 {
-                map[slot] = j as u32;
+        let (lcg, key_map) = (self.lcg, &mut self.key_map);
+        let mut insert_down = |upper: usize, lower: usize| {
+            if upper <= lower {
+                return;
+            }
+            let mut h = lcg.hash(history[upper..upper + n].iter().copied());
+            let mut j = upper;
+            loop {
+                let s = slot(h);
+                if key_map[s] == 0 {
+                    key_map[s] = j as u32;
+                }
+                j -= 1;
+                if j <= lower {
+                    break;
+                }
+                h = lcg.roll_back(h, history[j], history[j + n]);
             }
         };
         if self.size_last_begin > n + m + 1 {
-            let mut j = self.size_last_begin - n - m - 1;
-            while j > self.key_map_last {
-                insert(&mut self.key_map, j);
-                j -= 1;
+            insert_down(self.size_last_begin - n - m - 1, self.key_map_last);
+        }
+        insert_down(len - n - m - 1, self.size_last_begin.max(self.key_map_last));
+        self.key_map_last = self.key_map_last.max(len - n - m - 1);
+    }
+
+    /// Re-derives `record_of` from the records and the current history.
+    fn rebuild_record_index(&mut self) {
+        self.record_of.clear();
+        let n = self.n;
+        for (i, rec) in self.records.iter().enumerate() {
+            if let Some(key) = self.index.tokens().get(rec.pos..rec.pos + n) {
+                let hash = self.index.key_hash(&key[..n - 1], key[n - 1]);
+                self.record_of.entry(hash).or_insert(i as u32);
             }
         }
-        let mut j = len - n - m - 1;
-        while j > self.size_last_begin && j > self.key_map_last {
-            insert(&mut self.key_map, j);
-            j -= 1;
+    }
+
+    /// The first record whose key (read from the current history) is `head ++ [last]`.
+    fn find_record(
+        &self,
+        history: &[Token],
+        hash: u64,
+        head: &[Token],
+        last: Token,
+    ) -> Option<usize> {
+        let n = self.n;
+        let matches = |p: usize| {
+            history.get(p + n - 1) == Some(&last) && history.get(p..p + n - 1) == Some(head)
+        };
+        match self.record_of.get(&hash) {
+            Some(&i) if matches(self.records[i as usize].pos) => Some(i as usize),
+            // A hash collision or a record whose text changed: the reference's search.
+            Some(_) => self.records.iter().position(|r| matches(r.pos)),
+            None => None,
         }
-        self.key_map_last = self.key_map_last.max(len - n - m - 1);
     }
 }
 
@@ -236,12 +304,20 @@ impl Drafter for NgramMap {
         let size = prompt.len();
         let (n, m) = (self.n, self.m);
         self.last_draft = None;
+        let before = self.index.tokens().len();
+        let common = self.index.resync(prompt);
         let mut cleanup = self.size_last_begin;
         if cleanup > size {
             cleanup = if size > n + m { size - n - m } else { 0 };
         }
-        if size < self.last_check {
+        let shrank = size < self.last_check;
+        if shrank {
             self.cleanup(cleanup);
+        }
+        // Records are looked up by the text at their position: when that text
+        // may have changed (or records moved), re-derive the lookup table.
+        if shrank || common < before {
+            self.rebuild_record_index();
         }
         self.last_check = size;
         self.size_last_begin = size;
@@ -267,27 +343,36 @@ impl Drafter for NgramMap {
             return;
         }
         self.last_check = len;
+        self.index.sync(history);
 
         let head = &history[len - n + 1..];
-        let key = || head.iter().copied().chain(std::iter::once(last));
         let matches = |p: usize| {
             history.get(p + n - 1) == Some(&last) && history.get(p..p + n - 1) == Some(head)
         };
-
-        let hashed = self.key_map[slot_of(key())] as usize;
+        let key_lcg = self
+            .lcg
+            .hash(head.iter().copied().chain(std::iter::once(last)));
+        let hashed = self.key_map[slot(key_lcg)] as usize;
+        let hash = self.index.key_hash(head, last);
         let mut match_pos = 0;
         if hashed != 0 && hashed < len - n - m - 1 && matches(hashed) {
             match_pos = hashed;
         }
         if match_pos == 0 {
-            match_pos = self.scan(history, len, head, last);
+            match_pos = self.scan(len, hash, head, last);
+            if match_pos != 0 && !matches(match_pos) {
+                // The history changed without `begin` where `sync` did not look.
+                self.index.resync(history);
+                self.rebuild_record_index();
+                match_pos = self.scan(len, hash, head, last);
+            }
         }
         self.index_new(history, len);
         if match_pos == 0 {
             return;
         }
 
-        let record = match self.records.iter().position(|r| matches(r.pos)) {
+        let record = match self.find_record(history, hash, head, last) {
             Some(i) => i,
             None => {
                 let fresh = self.fresh_value();
@@ -297,7 +382,9 @@ impl Drafter for NgramMap {
                     hits: 0,
                     values: [fresh; MAX_VALUES],
                 });
-                self.records.len() - 1
+                let i = self.records.len() - 1;
+                self.record_of.entry(hash).or_insert(i as u32);
+                i
             }
         };
         let fresh = self.fresh_value();
@@ -311,12 +398,17 @@ impl Drafter for NgramMap {
                 return;
             }
             // Count the values that followed each occurrence of the key in
-            // stat_pos..=match_pos (match_pos itself is counted again next time:
-            // the reference does this).
-            for i in rec.stat_pos..=match_pos {
-                if !matches(i) {
-                    continue;
-                }
+            // stat_pos..=match_pos, oldest first (match_pos itself is counted
+            // again next time: the reference does this). The position index
+            // walks the occurrences instead of scanning the range.
+            let occurrences = &mut self.scratch;
+            occurrences.clear();
+            let mut at = (match_pos >= rec.stat_pos).then_some(match_pos);
+            while let Some(i) = at.filter(|&i| i >= rec.stat_pos) {
+                occurrences.push(i);
+                at = self.index.older(i, head, last);
+            }
+            for &i in occurrences.iter().rev() {
                 let at = i + n;
                 let Some(candidate) = history.get(at..at + m) else {
                     continue;
@@ -391,7 +483,9 @@ mod tests {
         for &t in &tokens {
             h = (h.wrapping_mul(2_654_435_761).wrapping_add(t as u64)) & 0xffff_ffff;
         }
-        assert_eq!(lcg_hash(tokens), h as u32);
+        let lcg = Poly::new(LCG_FACTOR, tokens.len());
+        assert_eq!(lcg.hash(tokens) as u32, h as u32);
+        assert_eq!(slot(lcg.hash(tokens)), (h as usize) % KEY_MAP_SIZE);
     }
 
     #[test]

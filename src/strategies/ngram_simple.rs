@@ -1,5 +1,6 @@
 //! ngram-simple: copy what followed the most recent earlier occurrence of the key.
 
+use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// llama.cpp's `ngram-simple` drafter.
@@ -7,7 +8,8 @@ use crate::drafter::{DraftLimits, Drafter, Token};
 /// The key is the last `n` tokens of `history ++ [last]`. The draft is the
 /// `m` tokens that followed the most recent earlier occurrence of the key
 /// (fewer near the end of the history, none when fewer than `n` follow).
-/// Stateless: `begin` and `accept` do nothing.
+/// `accept` does nothing; the drafter keeps an index of the history so a call
+/// costs O(1) instead of the reference's scan.
 ///
 /// ```
 /// use selfspec::{DraftLimits, Drafter, strategies::NgramSimple};
@@ -22,6 +24,9 @@ use crate::drafter::{DraftLimits, Drafter, Token};
 pub struct NgramSimple {
     n: usize,
     m: usize,
+    /// Finds "the most recent earlier occurrence" without scanning: the
+    /// reference's answer at O(1) per call instead of O(history).
+    index: PositionIndex,
 }
 
 impl NgramSimple {
@@ -30,25 +35,17 @@ impl NgramSimple {
     /// Sizes of 0 make it never draft; [`Strategy::validate`](crate::Strategy::validate)
     /// rejects them.
     pub fn new(n: usize, m: usize) -> NgramSimple {
-        NgramSimple { n, m }
+        NgramSimple {
+            n,
+            m,
+            index: PositionIndex::new(n),
+        }
     }
-}
 
-/// Position of the most recent occurrence of `key` that starts in `1..=start`,
-/// scanning backwards (position 0 is never reported: the reference uses 0 for
-/// "none"). `key` is `history[..]` tail plus `last`, passed as its two parts.
-#[inline]
-pub(crate) fn rfind_key(
-    history: &[Token],
-    start: usize,
-    head: &[Token],
-    last: Token,
-) -> Option<usize> {
-    let n1 = head.len();
-    // Checking the key's last token first rejects almost every position at once.
-    (1..=start)
-        .rev()
-        .find(|&j| history.get(j + n1) == Some(&last) && history.get(j..j + n1) == Some(head))
+    /// Bytes of heap memory held (the history copy and its index).
+    pub fn heap_bytes(&self) -> usize {
+        self.index.heap_bytes()
+    }
 }
 
 impl Drafter for NgramSimple {
@@ -56,7 +53,9 @@ impl Drafter for NgramSimple {
         "ngram_simple"
     }
 
-    fn begin(&mut self, _prompt: &[Token]) {}
+    fn begin(&mut self, prompt: &[Token]) {
+        self.index.resync(prompt);
+    }
 
     fn draft(
         &mut self,
@@ -69,9 +68,22 @@ impl Drafter for NgramSimple {
         if n == 0 || m == 0 || len <= n + m + 1 {
             return;
         }
+        self.index.sync(history);
         let head = &history[len - n + 1..];
-        let Some(pos) = rfind_key(history, len - n - 1, head, last) else {
-            return;
+        let hash = self.index.key_hash(head, last);
+        // The reference scans len-n-1 down to 1: position 0 is never reported.
+        let mut found = self.index.latest(hash, head, last, len - n - 1);
+        if found
+            .is_some_and(|pos| history[pos..pos + n - 1] != *head || history[pos + n - 1] != last)
+        {
+            // The history changed without `begin` where the index did not look:
+            // re-index it before trusting an answer.
+            self.index.resync(history);
+            found = self.index.latest(hash, head, last, len - n - 1);
+        }
+        let pos = match found {
+            Some(pos) if pos > 0 => pos,
+            _ => return,
         };
         let copy = m.min(len - (pos + n));
         // The reference compares the copy length with n, not with 1 (sic).

@@ -1,0 +1,331 @@
+//! An incremental index of the n-grams of one sequence's history: for any
+//! n-gram, its most recent occurrence and, from there, each older one.
+//!
+//! The reference strategies scan the history; this index gives the same
+//! answers in O(1 + occurrences walked) per query and O(1) per history token
+//! added. It keeps its own copy of the history so that `begin` can keep the
+//! part a new prompt shares with the old history (a chat's next turn) and
+//! re-index only the rest.
+
+use super::poly::Poly;
+use crate::drafter::Token;
+
+const NONE: u32 = u32::MAX;
+/// Any odd constant works; this one spreads small token ids well.
+const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
+/// How many trailing tokens `sync` compares to decide the history only grew.
+const TAIL_CHECK: usize = 32;
+const MIN_BITS: u32 = 10;
+
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    // splitmix64's finalizer: buckets (top bits) and tags (low bits) independent.
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Positions of the n-grams of a history, chained per hash bucket, newest first.
+#[derive(Clone, Debug)]
+pub(crate) struct PositionIndex {
+    n: usize,
+    poly: Poly,
+    /// The indexed history.
+    tokens: Vec<Token>,
+    /// Per n-gram start: 32 bits of its hash, to skip most bucket neighbours
+    /// without touching the history.
+    tags: Vec<u32>,
+    /// Per n-gram start: the previous start in the same bucket (NONE = none).
+    prev: Vec<u32>,
+    /// Per bucket: the latest start (NONE = empty). Between 1 and 2 buckets per n-gram.
+    heads: Vec<u32>,
+    bits: u32,
+    /// Hash of the last indexed n-gram.
+    rolling: u64,
+}
+
+impl PositionIndex {
+    pub(crate) fn new(n: usize) -> PositionIndex {
+        PositionIndex {
+            n: n.max(1),
+            poly: Poly::new(FACTOR, n.max(1)),
+            tokens: Vec::new(),
+            tags: Vec::new(),
+            prev: Vec::new(),
+            heads: vec![NONE; 1 << MIN_BITS],
+            bits: MIN_BITS,
+            rolling: 0,
+        }
+    }
+
+    /// The indexed history.
+    #[inline]
+    pub(crate) fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// Bytes held (capacity, not length: what the process pays for).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        4 * (self.tokens.capacity()
+            + self.tags.capacity()
+            + self.prev.capacity()
+            + self.heads.capacity())
+    }
+
+    /// The hash of the key `head ++ [last]` (n tokens in all).
+    #[inline]
+    pub(crate) fn key_hash(&self, head: &[Token], last: Token) -> u64 {
+        self.poly
+            .hash(head.iter().copied().chain(std::iter::once(last)))
+    }
+
+    #[inline]
+    fn bucket(&self, mixed: u64) -> usize {
+        (mixed >> (64 - self.bits)) as usize
+    }
+
+    fn count_for(&self, len: usize) -> usize {
+        (len + 1).saturating_sub(self.n)
+    }
+
+    /// Makes the index describe `history`, assuming it usually extends what was
+    /// indexed: only the last few indexed tokens are compared; a history that is
+    /// shorter or differs there is re-synchronized from the common prefix.
+    #[inline]
+    pub(crate) fn sync(&mut self, history: &[Token]) {
+        let have = self.tokens.len();
+        let from = have.saturating_sub(TAIL_CHECK);
+        if history.len() >= have && history[from..have] == self.tokens[from..] {
+            if history.len() > have {
+                self.extend(&history[have..]);
+            }
+        } else {
+            self.resync(history);
+        }
+    }
+
+    /// Makes the index describe `history`, keeping the whole common prefix
+    /// (whose length it returns).
+    pub(crate) fn resync(&mut self, history: &[Token]) -> usize {
+        // Compare in chunks: the compiler vectorizes slice equality.
+        let mut common = 0;
+        let max = self.tokens.len().min(history.len());
+        while common < max {
+            let end = (common + 256).min(max);
+            if self.tokens[common..end] == history[common..end] {
+                common = end;
+            } else {
+                common += self.tokens[common..end]
+                    .iter()
+                    .zip(&history[common..end])
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                break;
+            }
+        }
+        self.truncate(common);
+        self.reserve_buckets(self.count_for(history.len()));
+        self.extend(&history[common..]);
+        common
+    }
+
+    fn reserve_buckets(&mut self, count: usize) {
+        let mut bits = self.bits;
+        while (1usize << bits) < count {
+            bits += 1;
+        }
+        if bits != self.bits {
+            self.bits = bits;
+            self.rebuild();
+        }
+    }
+
+    /// Re-chains every n-gram after the bucket count changed.
+    fn rebuild(&mut self) {
+        self.heads.clear();
+        self.heads.resize(1 << self.bits, NONE);
+        let count = self.tags.len();
+        let mut h = 0;
+        for j in 0..count {
+            h = if j == 0 {
+                self.poly.hash(self.tokens[..self.n].iter().copied())
+            } else {
+                self.poly
+                    .roll(h, self.tokens[j - 1], self.tokens[j + self.n - 1])
+            };
+            let b = self.bucket(mix(h));
+            self.prev[j] = self.heads[b];
+            self.heads[b] = j as u32;
+        }
+    }
+
+    fn extend(&mut self, new: &[Token]) {
+        let n = self.n;
+        for &t in new {
+            self.tokens.push(t);
+            let len = self.tokens.len();
+            if len < n {
+                continue;
+            }
+            let j = len - n;
+            if j >= NONE as usize {
+                // Positions are u32; a history this long stops being indexed.
+                continue;
+            }
+            let h = if j == 0 {
+                self.poly.hash(self.tokens[..n].iter().copied())
+            } else {
+                self.poly.roll(self.rolling, self.tokens[j - 1], t)
+            };
+            self.rolling = h;
+            let mixed = mix(h);
+            let b = self.bucket(mixed);
+            self.tags.push(mixed as u32);
+            self.prev.push(self.heads[b]);
+            self.heads[b] = j as u32;
+            if self.tags.len() > self.heads.len() {
+                self.bits += 1;
+                self.rebuild();
+            }
+        }
+    }
+
+    /// Forgets everything from history position `len` on.
+    fn truncate(&mut self, len: usize) {
+        if len >= self.tokens.len() {
+            return;
+        }
+        let count = self.tags.len();
+        let keep = self.count_for(len).min(count);
+        let mut h = self.rolling;
+        // Newest first: each removed start is the head of its bucket then.
+        for j in (keep..count).rev() {
+            let b = self.bucket(mix(h));
+            self.heads[b] = self.prev[j];
+            if j > 0 {
+                h = self
+                    .poly
+                    .roll_back(h, self.tokens[j - 1], self.tokens[j + self.n - 1]);
+            }
+        }
+        self.rolling = h;
+        self.tags.truncate(keep);
+        self.prev.truncate(keep);
+        self.tokens.truncate(len);
+    }
+
+    /// Whether the n-gram at `j` is `head ++ [last]`.
+    #[inline]
+    pub(crate) fn matches(&self, j: usize, head: &[Token], last: Token) -> bool {
+        let n1 = head.len();
+        self.tokens.get(j + n1) == Some(&last) && self.tokens.get(j..j + n1) == Some(head)
+    }
+
+    /// The latest start `j <= max_start` of the key `head ++ [last]` (whose hash is `hash`).
+    #[inline]
+    pub(crate) fn latest(
+        &self,
+        hash: u64,
+        head: &[Token],
+        last: Token,
+        max_start: usize,
+    ) -> Option<usize> {
+        let mixed = mix(hash);
+        let tag = mixed as u32;
+        let mut j = self.heads[self.bucket(mixed)];
+        while j != NONE {
+            let p = j as usize;
+            if p <= max_start && self.tags[p] == tag && self.matches(p, head, last) {
+                return Some(p);
+            }
+            j = self.prev[p];
+        }
+        None
+    }
+
+    /// The occurrence before `j` of the n-gram at `j` (which must be indexed).
+    #[inline]
+    pub(crate) fn older(&self, j: usize, head: &[Token], last: Token) -> Option<usize> {
+        let tag = *self.tags.get(j)?;
+        let mut i = self.prev[j];
+        while i != NONE {
+            let p = i as usize;
+            if self.tags[p] == tag && self.matches(p, head, last) {
+                return Some(p);
+            }
+            i = self.prev[p];
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reference answer: scan backwards.
+    fn naive_latest(h: &[Token], key: &[Token], max_start: usize) -> Option<usize> {
+        let n = key.len();
+        (0..=max_start.min(h.len().saturating_sub(n)))
+            .rev()
+            .find(|&j| j + n <= h.len() && &h[j..j + n] == key)
+    }
+
+    #[test]
+    fn agrees_with_a_scan_through_growth_truncation_and_divergence() {
+        let mut rng = 12345u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for n in [1usize, 2, 3, 5] {
+            let mut idx = PositionIndex::new(n);
+            let mut history: Vec<Token> = Vec::new();
+            for round in 0..400 {
+                match next() % 10 {
+                    0 => {
+                        let cut = (next() as usize) % (history.len() + 1);
+                        history.truncate(cut);
+                    }
+                    1 if !history.is_empty() => {
+                        let at = (next() as usize) % history.len();
+                        history[at] = (next() % 4) as Token;
+                        idx.resync(&history);
+                    }
+                    _ => {
+                        for _ in 0..(next() % 40) {
+                            history.push((next() % 4) as Token);
+                        }
+                    }
+                }
+                idx.sync(&history);
+                assert_eq!(idx.tokens(), &history[..], "n={n} round={round}");
+                if history.len() < n {
+                    continue;
+                }
+                let key: Vec<Token> = (0..n).map(|_| (next() % 4) as Token).collect();
+                let max_start = (next() as usize) % history.len();
+                let hash = idx.key_hash(&key[..n - 1], key[n - 1]);
+                let got = idx.latest(hash, &key[..n - 1], key[n - 1], max_start);
+                assert_eq!(
+                    got,
+                    naive_latest(&history, &key, max_start),
+                    "n={n} round={round}"
+                );
+                if let Some(j) = got {
+                    let older = idx.older(j, &key[..n - 1], key[n - 1]);
+                    let want = if j == 0 {
+                        None
+                    } else {
+                        naive_latest(&history, &key, j - 1)
+                    };
+                    assert_eq!(older, want, "older n={n} round={round}");
+                }
+            }
+        }
+    }
+}
