@@ -112,6 +112,25 @@ fn steady_state(
 
 const LENGTHS: [usize; 3] = [1 << 10, 16 << 10, 128 << 10];
 
+/// The whole orchestrator as one drafter, to time the chain like a strategy.
+#[derive(Debug)]
+struct Chain(Speculative);
+
+impl Drafter for Chain {
+    fn name(&self) -> &str {
+        "chain"
+    }
+    fn begin(&mut self, prompt: &[Token]) {
+        self.0.begin(prompt)
+    }
+    fn draft(&mut self, history: &[Token], last: Token, _: DraftLimits, draft: &mut Vec<Token>) {
+        draft.extend_from_slice(self.0.draft(history, last))
+    }
+    fn accept(&mut self, n_accepted: usize) {
+        self.0.accept(n_accepted)
+    }
+}
+
 /// Builds a fresh drafter for one steady-state run.
 type Make = Box<dyn Fn() -> Box<dyn Drafter>>;
 
@@ -141,6 +160,14 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
                 Box::new(NgramMod::new(24, pool.clone())) as Box<dyn Drafter>
             }),
             DraftLimits { min: 48, max: 64 },
+        ),
+        (
+            "llama-cpp-chain",
+            Box::new(|| {
+                Box::new(Chain(Speculative::new(&Config::llama_cpp_chain()).unwrap()))
+                    as Box<dyn Drafter>
+            }),
+            dflt,
         ),
     ]
 }
@@ -187,6 +214,13 @@ fn bench_begin(c: &mut Criterion) {
                 BatchSize::LargeInput,
             )
         });
+        group.bench_function(format!("ngram-simple/{}k", len >> 10), |b| {
+            b.iter_batched_ref(
+                || NgramSimple::new(12, 48),
+                |simple| simple.begin(prompt),
+                BatchSize::LargeInput,
+            )
+        });
         let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
         group.bench_function(format!("ngram-mod-24/{}k", len >> 10), |b| {
             b.iter_batched_ref(
@@ -203,6 +237,17 @@ fn bench_begin(c: &mut Criterion) {
 
     let pool = NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap();
     c.bench_function("pool-reset/4Mi", |b| b.iter(|| pool.reset()));
+
+    // accept after a draft: ngram-map updates the drafting value, ngram-mod its streak.
+    let history = text_stream(16 << 10, 5);
+    let mut group = c.benchmark_group("accept");
+    let mut map = NgramMap::four_values(8, 8, 1);
+    map.begin(&history);
+    group.bench_function("ngram-map-k4v", |b| b.iter(|| map.accept(black_box(3))));
+    let mut ngram_mod = NgramMod::new(24, Arc::new(NgramPool::new(1 << 16).unwrap()));
+    ngram_mod.begin(&history);
+    group.bench_function("ngram-mod", |b| b.iter(|| ngram_mod.accept(black_box(40))));
+    group.finish();
 }
 
 fn load(text: &str) -> Vec<Session> {
@@ -275,5 +320,45 @@ fn bench_replay(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_draft, bench_begin, bench_replay);
+/// Several sequences, one per thread, replaying the code-edit sample against one
+/// shared ngram-mod pool (the engine's pattern).
+fn bench_threads(c: &mut Criterion) {
+    let sessions = load(include_str!("../examples/data/sample-code-edit.jsonl"));
+    let tokens: u64 = sessions
+        .iter()
+        .flat_map(|s| &s.requests)
+        .map(|r| r.output.len() as u64)
+        .sum();
+    let config = Config::new([
+        Strategy::NgramSimple { n: 12, m: 48 },
+        Strategy::NgramMod { n: 24 },
+    ]);
+    let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+    let mut group = c.benchmark_group("shared-pool");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(4));
+    for threads in [1u64, 2] {
+        group.throughput(Throughput::Elements(tokens * threads));
+        group.bench_function(format!("threads-{threads}"), |b| {
+            b.iter(|| {
+                std::thread::scope(|scope| {
+                    for _ in 0..threads {
+                        let mut spec = Speculative::with_pool(&config, pool.clone()).unwrap();
+                        let sessions = &sessions;
+                        scope.spawn(move || black_box(replay(&mut spec, sessions).accepted));
+                    }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_draft,
+    bench_begin,
+    bench_replay,
+    bench_threads
+);
 criterion_main!(benches);

@@ -94,6 +94,12 @@ pub trait Drafter: Send + fmt::Debug {
     ///
     /// The orchestrator never forwards `n_accepted == 0` (as llama.cpp).
     fn accept(&mut self, n_accepted: usize);
+
+    /// Heap bytes this drafter holds for its sequence (shared state, such as
+    /// ngram-mod's pool, is not counted). For memory accounting; 0 by default.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -114,5 +120,8 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn accept(&mut self, n_accepted: usize) {
         (**self).accept(n_accepted)
+    }
+    fn heap_bytes(&self) -> usize {
+        (**self).heap_bytes()
     }
 }

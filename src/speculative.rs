@@ -234,6 +234,12 @@ impl Speculative {
         self.source
     }
 
+    /// Heap bytes held for this sequence by the strategies and the draft
+    /// buffer (the shared ngram-mod pool is not counted: see [`NgramPool::size_bytes`]).
+    pub fn heap_bytes(&self) -> usize {
+        self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>() + self.draft.capacity() * 4
+    }
+
     /// Per-strategy counters and timings, in chain order.
     pub fn stats(&self) -> &[DrafterStats] {
         &self.stats

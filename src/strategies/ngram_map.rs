@@ -463,6 +463,17 @@ impl Drafter for NgramMap {
             }
         }
     }
+
+    /// The 1 MiB position table, the history index (16 to 20 bytes per
+    /// history token), and the key records (about 110 bytes per distinct key
+    /// that drafted, with their lookup table).
+    fn heap_bytes(&self) -> usize {
+        self.key_map.len() * 4
+            + self.records.capacity() * std::mem::size_of::<KeyRecord>()
+            + self.record_of.capacity() * (8 + 4 + 1)
+            + self.scratch.capacity() * std::mem::size_of::<usize>()
+            + self.index.heap_bytes()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,104 @@
+//! Nothing on the draft path allocates once warm: a counting allocator watches
+//! `begin` / `draft` / `accept` while a workload is replayed a third time
+//! through the same instance (the first passes size every buffer).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use selfspec::{Config, Speculative, Strategy};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(|c| c.get())
+}
+
+/// Replays `sessions` and returns the allocations made inside the crate's calls.
+fn replay_counting(
+    spec: &mut Speculative,
+    sessions: &[selfspec::replay::Session],
+    history: &mut Vec<u32>,
+) -> (u64, u64) {
+    let (mut inside, mut calls) = (0, 0);
+    for request in sessions.iter().flat_map(|s| &s.requests) {
+        history.clear();
+        history.extend_from_slice(&request.prompt);
+        let before = allocations();
+        spec.begin(history);
+        inside += allocations() - before;
+        let mut i = 0;
+        while i < request.output.len() {
+            let last = request.output[i];
+            let before = allocations();
+            let draft = spec.draft(history, last);
+            let n = draft
+                .iter()
+                .zip(&request.output[i + 1..])
+                .take_while(|(d, o)| d == o)
+                .count();
+            spec.accept(n);
+            inside += allocations() - before;
+            calls += 1;
+            history.extend_from_slice(&request.output[i..i + n + 1]);
+            i += n + 1;
+        }
+    }
+    (inside, calls)
+}
+
+#[test]
+fn warm_draft_path_does_not_allocate() {
+    for file in [
+        "examples/data/sample-code-edit.jsonl",
+        "examples/data/sample-chat.jsonl",
+    ] {
+        let sessions = common::load_workload(common::manifest_path(file));
+        let config = Config::new([
+            Strategy::NgramSimple { n: 12, m: 48 },
+            Strategy::NgramMapK { n: 12, m: 48 },
+            Strategy::NgramMapK4v {
+                n: 8,
+                m: 8,
+                min_hits: 1,
+            },
+            Strategy::NgramMod { n: 24 },
+        ]);
+        let mut spec = Speculative::new(&config).unwrap();
+        let mut history = Vec::with_capacity(1 << 16);
+        let (first, _) = replay_counting(&mut spec, &sessions, &mut history);
+        assert!(
+            first > 0,
+            "the first pass sizes the buffers (the counter works)"
+        );
+        replay_counting(&mut spec, &sessions, &mut history);
+        let (third, calls) = replay_counting(&mut spec, &sessions, &mut history);
+        assert!(calls > 1000);
+        assert_eq!(
+            third, 0,
+            "{file}: {third} allocations in {calls} warm draft calls"
+        );
+    }
+}
