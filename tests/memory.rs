@@ -1,0 +1,99 @@
+//! Memory each strategy holds per sequence, against the documented budgets.
+//! `cargo test --test memory -- --nocapture` prints the figures.
+
+use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
+use selfspec::{DraftLimits, Drafter, NgramPool};
+
+/// A text-like stream with repeats, so maps create key records.
+fn stream(len: usize) -> Vec<u32> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut out: Vec<u32> = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if out.len() > 100 && x.is_multiple_of(8) {
+            let n = 20 + (x >> 8) as usize % 40;
+            let start = (x >> 20) as usize % (out.len() - n);
+            out.extend_from_within(start..start + n);
+        } else {
+            out.push((x >> 40) as u32 % 3000);
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// Drives `d` over `history` in the engine's pattern and returns its heap bytes.
+fn held(d: &mut dyn Drafter, history: &[u32]) -> usize {
+    let prompt = history.len() / 2;
+    d.begin(&history[..prompt]);
+    let mut draft = Vec::new();
+    let mut pos = prompt;
+    while pos + 1 < history.len() {
+        draft.clear();
+        d.draft(
+            &history[..pos],
+            history[pos],
+            DraftLimits::default(),
+            &mut draft,
+        );
+        let n = draft
+            .iter()
+            .zip(&history[pos + 1..])
+            .take_while(|(a, b)| a == b)
+            .count();
+        if n > 0 {
+            d.accept(n);
+        }
+        pos += n + 1;
+    }
+    d.heap_bytes()
+}
+
+#[test]
+fn per_sequence_memory_stays_within_budget() {
+    let long = stream(128 << 10);
+    for len in [1 << 10, 16 << 10, 128 << 10] {
+        let h = &long[..len];
+        let per_k = |bytes: usize, fixed: usize| (bytes - fixed) as f64 / (len as f64 / 1024.0);
+        let simple = held(&mut NgramSimple::new(12, 48), h);
+        let map_k = held(&mut NgramMap::key_only(12, 48), h);
+        let k4v = held(&mut NgramMap::four_values(8, 8, 1), h);
+        let pool = std::sync::Arc::new(NgramPool::new(1 << 16).unwrap());
+        let ngram_mod = held(&mut NgramMod::new(24, pool), h);
+        let table = selfspec::strategies::KEY_MAP_SIZE * 4;
+        println!(
+            "history {:>6}: ngram-simple {:>8} B ({:.1} KiB/1k tokens), ngram-map-k {:>8} B (1 MiB + {:.1} KiB/1k), \
+             ngram-map-k4v {:>8} B (1 MiB + {:.1} KiB/1k), ngram-mod {} B",
+            len,
+            simple,
+            per_k(simple, 0) / 1024.0,
+            map_k,
+            per_k(map_k, table) / 1024.0,
+            k4v,
+            per_k(k4v, table) / 1024.0,
+            ngram_mod
+        );
+        // Documented budgets (DESIGN.md): the history index is at most 32 bytes
+        // per token (copy, tag, chain: 12; buckets up to 2 per n-gram: 8;
+        // doubling slack of the vectors), the maps add their 1 MiB table and
+        // at most 64 more bytes per token for key records and their lookup.
+        let slack = 64 << 10;
+        assert!(
+            simple <= 32 * len + slack,
+            "ngram-simple {simple} B at {len}"
+        );
+        assert!(
+            map_k <= table + 96 * len + slack,
+            "ngram-map-k {map_k} B at {len}"
+        );
+        assert!(
+            k4v <= table + 96 * len + slack,
+            "ngram-map-k4v {k4v} B at {len}"
+        );
+        assert_eq!(ngram_mod, 0, "ngram-mod holds nothing per sequence");
+    }
+    let pool = NgramPool::new(4 << 20).unwrap();
+    assert_eq!(pool.size_bytes(), 32 << 20);
+}
