@@ -105,6 +105,9 @@ pub struct NgramMap {
     scratch: Vec<usize>,
     /// Hash of an n-gram -> one history position where it occurs (0 = empty).
     key_map: Box<[u32]>,
+    /// The slots of `key_map` in use, so that a cleanup visits those instead
+    /// of all 2^18 (an engine slot serving many short requests cleans up often).
+    occupied: Vec<u32>,
     key_map_last: usize,
     size_last_begin: usize,
     last_check: usize,
@@ -148,6 +151,7 @@ impl NgramMap {
             lcg: Poly::new(LCG_FACTOR, n.max(1)),
             scratch: Vec::new(),
             key_map: vec![0u32; KEY_MAP_SIZE].into_boxed_slice(),
+            occupied: Vec::new(),
             key_map_last: 0,
             size_last_begin: 0,
             last_check: 0,
@@ -170,11 +174,15 @@ impl NgramMap {
 
     /// Forgets everything indexed at or after `cleanup` (the history was cut back).
     fn cleanup(&mut self, cleanup: usize) {
-        for slot in self.key_map.iter_mut() {
-            if *slot != 0 && *slot as usize >= cleanup {
-                *slot = 0;
+        let key_map = &mut self.key_map;
+        self.occupied.retain(|&s| {
+            let pos = &mut key_map[s as usize];
+            if *pos as usize >= cleanup {
+                *pos = 0;
+                return false;
             }
-        }
+            true
+        });
         self.key_map_last = cleanup.saturating_sub(1);
         let key_only = self.key_only;
         let empty = Value {
@@ -232,7 +240,7 @@ impl NgramMap {
     /// hash backwards instead of recomputing it per position.
     fn index_new(&mut self, history: &[Token], len: usize) {
         let (n, m) = (self.n, self.m);
-        let (lcg, key_map) = (self.lcg, &mut self.key_map);
+        let (lcg, key_map, occupied) = (self.lcg, &mut self.key_map, &mut self.occupied);
         let mut insert_down = |upper: usize, lower: usize| {
             if upper <= lower {
                 return;
@@ -243,6 +251,7 @@ impl NgramMap {
                 let s = slot(h);
                 if key_map[s] == 0 {
                     key_map[s] = j as u32;
+                    occupied.push(s as u32);
                 }
                 j -= 1;
                 if j <= lower {
@@ -343,7 +352,10 @@ impl Drafter for NgramMap {
             return;
         }
         self.last_check = len;
-        self.index.sync(history);
+        if self.index.sync(history) {
+            // The history changed without `begin`: records may point at new text.
+            self.rebuild_record_index();
+        }
 
         let head = &history[len - n + 1..];
         let matches = |p: usize| {
@@ -469,6 +481,7 @@ impl Drafter for NgramMap {
     /// that drafted, with their lookup table).
     fn heap_bytes(&self) -> usize {
         self.key_map.len() * 4
+            + self.occupied.capacity() * 4
             + self.records.capacity() * std::mem::size_of::<KeyRecord>()
             + self.record_of.capacity() * (8 + 4 + 1)
             + self.scratch.capacity() * std::mem::size_of::<usize>()

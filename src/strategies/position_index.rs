@@ -93,16 +93,19 @@ impl PositionIndex {
     /// Makes the index describe `history`, assuming it usually extends what was
     /// indexed: only the last few indexed tokens are compared; a history that is
     /// shorter or differs there is re-synchronized from the common prefix.
+    /// Returns whether indexed text was dropped (the history was not an extension).
     #[inline]
-    pub(crate) fn sync(&mut self, history: &[Token]) {
+    pub(crate) fn sync(&mut self, history: &[Token]) -> bool {
         let have = self.tokens.len();
         let from = have.saturating_sub(TAIL_CHECK);
         if history.len() >= have && history[from..have] == self.tokens[from..] {
             if history.len() > have {
                 self.extend(&history[have..]);
             }
+            false
         } else {
             self.resync(history);
+            true
         }
     }
 

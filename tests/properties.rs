@@ -1,0 +1,294 @@
+//! Property tests over random token streams and configurations.
+//!
+//! 1. Oracle equivalence: under the engine's contract (`begin` with any prompt:
+//!    the history extended, cut back, diverged or replaced; then draft / accept
+//!    steps on a growing history; `accept` with any count), the crate's chain
+//!    gives the same draft, from the same strategy, as the naive oracles of
+//!    `tests/oracle` written from SPEC.md.
+//! 2. Chaos: random `begin` / `draft` / `accept` sequences where the history
+//!    also changes without `begin`, ids span the whole `u32` range, and several
+//!    sequences share one pool. No panic, and every draft obeys the limits and
+//!    its strategy's provenance rule.
+
+mod oracle;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use selfspec::Strategy as S;
+use selfspec::{Config, NgramPool, Speculative, Token};
+
+fn strategy() -> impl proptest::strategy::Strategy<Value = S> {
+    prop_oneof![
+        (1usize..6, 1usize..10).prop_map(|(n, m)| S::NgramSimple { n, m }),
+        (1usize..6, 1usize..10).prop_map(|(n, m)| S::NgramMapK { n, m }),
+        (1usize..6, 1usize..10, 0usize..4).prop_map(|(n, m, min_hits)| S::NgramMapK4v {
+            n,
+            m,
+            min_hits
+        }),
+        (1usize..8).prop_map(|n| S::NgramMod { n }),
+    ]
+}
+
+fn config() -> impl proptest::strategy::Strategy<Value = Config> {
+    (
+        prop::collection::vec(strategy(), 1..5),
+        1usize..24,
+        0usize..24,
+        prop::sample::select(vec![1usize, 2, 7, 64, 4096, 65521]),
+    )
+        .prop_map(|(strategies, draft_max, draft_min, pool_size)| Config {
+            strategies,
+            draft_max,
+            draft_min: draft_min % (draft_max + 1),
+            pool_size,
+        })
+}
+
+/// How a request's prompt relates to the history before it.
+#[derive(Clone, Debug)]
+enum Prompt {
+    /// The previous history plus new tokens (a chat's next turn).
+    Extend(Vec<Token>),
+    /// The previous history cut back to a fraction (a dropped reasoning block).
+    Cut(u8),
+    /// A prefix of the previous history, then new tokens (a diverged prompt).
+    Diverge(u8, Vec<Token>),
+    /// Unrelated tokens (a new conversation in the same slot).
+    Fresh(Vec<Token>),
+}
+
+#[derive(Clone, Debug)]
+struct RequestScript {
+    prompt: Prompt,
+    /// The "target model": what it samples at each step, by step index.
+    samples: Vec<Token>,
+    /// Per step: how many draft tokens the engine accepts (clamped to the draft),
+    /// or None for "verify against `samples`".
+    accepts: Vec<Option<usize>>,
+}
+
+fn tokens(alphabet: u32, max: usize) -> impl proptest::strategy::Strategy<Value = Vec<Token>> {
+    prop::collection::vec(
+        prop_oneof![
+            20 => 0..alphabet,
+            1 => prop::sample::select(vec![u32::MAX, u32::MAX - 1, 1 << 31, (1 << 31) - 1]),
+        ],
+        0..max,
+    )
+}
+
+fn request(alphabet: u32) -> impl proptest::strategy::Strategy<Value = RequestScript> {
+    (
+        prop_oneof![
+            tokens(alphabet, 60).prop_map(Prompt::Extend),
+            any::<u8>().prop_map(Prompt::Cut),
+            (any::<u8>(), tokens(alphabet, 40)).prop_map(|(f, t)| Prompt::Diverge(f, t)),
+            tokens(alphabet, 120).prop_map(Prompt::Fresh),
+        ],
+        tokens(alphabet, 160),
+        prop::collection::vec(prop::option::weighted(0.3, 0usize..20), 160),
+    )
+        .prop_map(|(prompt, samples, accepts)| RequestScript {
+            prompt,
+            samples,
+            accepts,
+        })
+}
+
+fn next_prompt(history: &[Token], p: &Prompt) -> Vec<Token> {
+    let frac = |f: u8| history.len() * f as usize / 255;
+    match p {
+        Prompt::Extend(t) => [history, t].concat(),
+        Prompt::Cut(f) => history[..frac(*f)].to_vec(),
+        Prompt::Diverge(f, t) => [&history[..frac(*f)], t].concat(),
+        Prompt::Fresh(t) => t.clone(),
+    }
+}
+
+/// Replays `requests` through the crate and the oracle, comparing every step.
+fn equivalent(config: &Config, requests: &[RequestScript]) -> Result<(), TestCaseError> {
+    let mut spec = Speculative::new(config).unwrap();
+    let mut oracle = oracle::Chain::new(config);
+    let mut history: Vec<Token> = Vec::new();
+    for (r, req) in requests.iter().enumerate() {
+        history = next_prompt(&history, &req.prompt);
+        spec.begin(&history);
+        oracle.begin(&history);
+        let mut i = 0;
+        for (step, &accept) in req.accepts.iter().enumerate() {
+            let Some(&last) = req.samples.get(i) else {
+                break;
+            };
+            let got = spec.draft(&history, last).to_vec();
+            let (want, by) = oracle.draft(&history, last);
+            prop_assert_eq!(&got, &want, "request {} step {}", r, step);
+            prop_assert_eq!(spec.drafted_by(), by, "request {} step {}", r, step);
+            let truth = &req.samples[i + 1..];
+            let a = match accept {
+                Some(a) => a.min(got.len()),
+                None => got.iter().zip(truth).take_while(|(d, t)| d == t).count(),
+            };
+            spec.accept(a);
+            oracle.accept(a);
+            history.push(last);
+            history.extend_from_slice(&got[..a]);
+            i += 1 + a;
+        }
+    }
+    if let (Some(pool), Some(o)) = (spec.pool(), &oracle.pool) {
+        prop_assert_eq!(pool.used(), o.borrow().used);
+        let resets = (pool.resets_occupancy() + pool.resets_low_acceptance()) as usize;
+        prop_assert_eq!(resets, o.borrow().resets);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chain_equals_naive_oracle(
+        config in config(),
+        alphabet in 2u32..7,
+        requests in prop::collection::vec(request(6), 1..5),
+    ) {
+        let requests: Vec<RequestScript> = requests
+            .into_iter()
+            .map(|mut r| {
+                for t in r.samples.iter_mut() {
+                    if *t < 6 { *t %= alphabet; }
+                }
+                r
+            })
+            .collect();
+        equivalent(&config, &requests)?;
+    }
+
+    #[test]
+    fn single_strategies_equal_naive_oracle(
+        s in strategy(),
+        requests in prop::collection::vec(request(3), 1..4),
+    ) {
+        equivalent(&Config::new([s]).with_pool_size(4096), &requests)?;
+    }
+}
+
+/// One operation of the chaos state machine.
+#[derive(Clone, Debug)]
+enum Op {
+    Begin(Prompt),
+    /// Draft on the current history; the engine then accepts this many (any value).
+    Step(Token, usize),
+    /// The history changes without `begin`: cut back to a fraction.
+    CutSilently(u8),
+    /// The history changes without `begin`: one token rewritten.
+    RewriteSilently(u8, Token),
+    /// `accept` with no draft pending.
+    StrayAccept(usize),
+}
+
+fn op(alphabet: u32) -> impl proptest::strategy::Strategy<Value = Op> {
+    let token = prop_oneof![8 => 0..alphabet, 1 => any::<u32>(), 1 => Just(u32::MAX)];
+    prop_oneof![
+        1 => request(alphabet).prop_map(|r| Op::Begin(r.prompt)),
+        12 => (token.clone(), 0usize..40).prop_map(|(t, a)| Op::Step(t, a)),
+        1 => any::<u8>().prop_map(Op::CutSilently),
+        1 => (any::<u8>(), token).prop_map(|(f, t)| Op::RewriteSilently(f, t)),
+        1 => (0usize..1000).prop_map(Op::StrayAccept),
+    ]
+}
+
+fn follows_key(history: &[Token], last: Token, n: usize, draft: &[Token]) -> bool {
+    let mut key = history[history.len() + 1 - n..].to_vec();
+    key.push(last);
+    (0..history.len().saturating_sub(n - 1))
+        .any(|j| history[j..j + n] == key[..] && history[j + n..].starts_with(draft))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chaos_never_breaks_the_contract(
+        config in config(),
+        sequences in prop::collection::vec(prop::collection::vec(op(5), 1..200), 1..4),
+    ) {
+        let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
+        let mut specs: Vec<Speculative> = sequences
+            .iter()
+            .map(|_| Speculative::with_pool(&config, pool.clone()).unwrap())
+            .collect();
+        let mut histories = vec![Vec::<Token>::new(); sequences.len()];
+        // Every token any sequence has shown the pool: ngram-mod drafts only these.
+        let mut seen: HashSet<Token> = HashSet::new();
+        let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        for k in 0..longest {
+            for (s, ops) in sequences.iter().enumerate() {
+                let Some(op) = ops.get(k) else { continue };
+                let (spec, history) = (&mut specs[s], &mut histories[s]);
+                match op {
+                    Op::Begin(p) => {
+                        *history = next_prompt(history, p);
+                        seen.extend(history.iter().copied());
+                        spec.begin(history);
+                    }
+                    Op::Step(last, accept) => {
+                        seen.extend(history.iter().copied());
+                        seen.insert(*last);
+                        let draft = spec.draft(history, *last).to_vec();
+                        prop_assert!(draft.len() <= config.draft_max);
+                        prop_assert!(draft.is_empty() || draft.len() >= config.draft_min);
+                        if let Some(i) = spec.drafted_by() {
+                            match config.strategies[i] {
+                                S::NgramSimple { n, .. }
+                                | S::NgramMapK { n, .. }
+                                | S::NgramMapK4v { n, .. } => {
+                                    prop_assert!(follows_key(history, *last, n, &draft),
+                                        "draft {:?} of {:?} does not follow the key", draft, config.strategies[i]);
+                                }
+                                S::NgramMod { .. } => {
+                                    prop_assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX));
+                                }
+                                _ => {}
+                            }
+                        } else {
+                            prop_assert!(draft.is_empty());
+                        }
+                        spec.accept(*accept);
+                        let a = (*accept).min(draft.len());
+                        history.push(*last);
+                        history.extend_from_slice(&draft[..a]);
+                    }
+                    Op::CutSilently(f) => {
+                        let keep = history.len() * *f as usize / 255;
+                        history.truncate(keep);
+                    }
+                    Op::RewriteSilently(f, t) => {
+                        if !history.is_empty() {
+                            let at = (history.len() - 1) * *f as usize / 255;
+                            history[at] = *t;
+                        }
+                    }
+                    Op::StrayAccept(n) => spec.accept(*n),
+                }
+            }
+        }
+        for spec in &specs {
+            let stats = spec.stats();
+            for (i, st) in stats.iter().enumerate() {
+                prop_assert!(st.acc_tokens <= st.gen_tokens);
+                prop_assert!(st.acc_drafts <= st.gen_drafts);
+                prop_assert_eq!(st.calls_accept, st.acc_drafts);
+                prop_assert!(st.gen_tokens <= st.gen_drafts * config.draft_max as u64);
+                if i > 0 {
+                    // A strategy is asked exactly when every earlier one had nothing usable.
+                    prop_assert!(st.calls_draft <= stats[i - 1].calls_draft - stats[i - 1].gen_drafts);
+                    prop_assert_eq!(st.calls_begin, stats[0].calls_begin);
+                }
+            }
+        }
+    }
+}
