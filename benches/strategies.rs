@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use selfspec::replay::{replay, Request, Session};
+use selfspec::replay::{replay, Session};
 use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
 use selfspec::{Config, DraftLimits, Drafter, NgramPool, Speculative, Strategy, Token};
 
@@ -251,28 +251,7 @@ fn bench_begin(c: &mut Criterion) {
 }
 
 fn load(text: &str) -> Vec<Session> {
-    #[derive(serde::Deserialize)]
-    struct R {
-        prompt: Vec<u32>,
-        output: Vec<u32>,
-    }
-    #[derive(serde::Deserialize)]
-    struct S {
-        requests: Vec<R>,
-    }
-    text.lines()
-        .map(|l| {
-            let s: S = serde_json::from_str(l).unwrap();
-            Session::new(
-                "",
-                "",
-                s.requests
-                    .into_iter()
-                    .map(|r| Request::new(r.prompt, r.output))
-                    .collect(),
-            )
-        })
-        .collect()
+    selfspec::replay::parse_workload("sample", text).unwrap()
 }
 
 fn bench_replay(c: &mut Criterion) {

@@ -4,17 +4,20 @@
 //! ```text
 //! cargo run --release --example replay                      # embedded samples, every strategy
 //! cargo run --release --example replay -- FILE.jsonl ... \
-//!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N]
+//!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N] \
+//!     [--per-kind] [--json]
 //! ```
+//!
+//! `--per-kind` replays each session kind of a file separately (a fresh
+//! instance per kind); `--json` prints the figures and reports as JSON.
 //!
 //! Several `--strategy` options form one chain, in the order given. Without
 //! `--strategy`, each strategy is replayed alone and then llama.cpp's chain.
 
 use std::process::ExitCode;
 
-use selfspec::replay::{replay, ReplayReport, Request, Session};
+use selfspec::replay::{replay, ReplayReport, Session};
 use selfspec::{Config, Speculative, Strategy};
-use serde::Deserialize;
 
 const SAMPLES: [(&str, &str); 2] = [
     ("sample-chat", include_str!("data/sample-chat.jsonl")),
@@ -25,38 +28,10 @@ const SAMPLES: [(&str, &str); 2] = [
 ];
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
-[--draft-max N] [--draft-min N] [--pool-size N]";
-
-#[derive(Deserialize)]
-struct JsonRequest {
-    prompt: Vec<u32>,
-    output: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct JsonSession {
-    #[serde(default)]
-    id: String,
-    #[serde(default)]
-    kind: String,
-    requests: Vec<JsonRequest>,
-}
+[--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json]";
 
 fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, String> {
-    let mut sessions = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let s: JsonSession = serde_json::from_str(line)
-            .map_err(|e| format!("{name}:{}: not a workload session: {e}", i + 1))?;
-        let requests = s
-            .requests
-            .into_iter()
-            .map(|r| Request::new(r.prompt, r.output))
-            .collect();
-        sessions.push(Session::new(s.id, s.kind, requests));
-    }
+    let sessions = selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
     if sessions.is_empty() {
         return Err(format!("{name}: no sessions"));
     }
@@ -69,6 +44,8 @@ struct Options {
     draft_max: Option<usize>,
     draft_min: Option<usize>,
     pool_size: Option<usize>,
+    per_kind: bool,
+    json: bool,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -78,6 +55,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         draft_max: None,
         draft_min: None,
         pool_size: None,
+        per_kind: false,
+        json: false,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -98,6 +77,8 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--draft-max" => o.draft_max = Some(number(&arg, value(&arg)?)?),
             "--draft-min" => o.draft_min = Some(number(&arg, value(&arg)?)?),
             "--pool-size" => o.pool_size = Some(number(&arg, value(&arg)?)?),
+            "--per-kind" => o.per_kind = true,
+            "--json" => o.json = true,
             "--help" | "-h" => return Err(USAGE.to_string()),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}"))
@@ -160,7 +141,14 @@ fn row(label: &str, config: &Config, r: &ReplayReport) {
     );
 }
 
-fn run(o: Options) -> Result<(), String> {
+/// The sessions replayed together: a whole workload, or one kind of it.
+struct Group {
+    workload: String,
+    kind: Option<String>,
+    sessions: Vec<Session>,
+}
+
+fn groups(o: &Options) -> Result<Vec<Group>, String> {
     let mut workloads = Vec::new();
     if o.files.is_empty() {
         for (name, text) in SAMPLES {
@@ -172,39 +160,102 @@ fn run(o: Options) -> Result<(), String> {
             workloads.push((f.clone(), parse_workload(f, &text)?));
         }
     }
+    let mut out = Vec::new();
+    for (workload, sessions) in workloads {
+        if !o.per_kind {
+            out.push(Group {
+                workload,
+                kind: None,
+                sessions,
+            });
+            continue;
+        }
+        let mut kinds: Vec<String> = Vec::new();
+        for s in &sessions {
+            if !kinds.contains(&s.kind) {
+                kinds.push(s.kind.clone());
+            }
+        }
+        for kind in kinds {
+            let part = sessions
+                .iter()
+                .filter(|s| s.kind == kind)
+                .cloned()
+                .collect();
+            out.push(Group {
+                workload: workload.clone(),
+                kind: Some(kind),
+                sessions: part,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let groups = groups(&o)?;
     let configs = configs(&o);
     for (_, c) in &configs {
         c.validate().map_err(|e| e.to_string())?;
     }
-    for (name, sessions) in &workloads {
+    let mut json = Vec::new();
+    for group in &groups {
+        let sessions = &group.sessions;
         let requests: usize = sessions.iter().map(|s| s.requests.len()).sum();
         let tokens: usize = sessions
             .iter()
             .flat_map(|s| &s.requests)
             .map(|r| r.output.len())
             .sum();
-        println!(
-            "\n== {name}: {} sessions, {requests} requests, {tokens} output tokens",
-            sessions.len()
-        );
-        println!(
-            "{:<36} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9}",
-            "strategy", "draft", "tau", "accept", "drafted", "accepted", "us/draft"
-        );
+        let title = match &group.kind {
+            Some(kind) => format!("{} [{kind}]", group.workload),
+            None => group.workload.clone(),
+        };
+        if !o.json {
+            println!(
+                "\n== {title}: {} sessions, {requests} requests, {tokens} output tokens",
+                sessions.len()
+            );
+            println!(
+                "{:<36} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9}",
+                "strategy", "draft", "tau", "accept", "drafted", "accepted", "us/draft"
+            );
+        }
         let mut lines = Vec::new();
         for (label, config) in &configs {
             let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
             let report = replay(&mut spec, sessions);
-            row(label, config, &report);
-            lines.push((label.clone(), spec.stats().to_vec()));
-        }
-        println!();
-        for (label, stats) in lines {
-            println!("[{label}]");
-            for s in stats {
-                println!("  {s}");
+            if o.json {
+                json.push(serde_json::json!({
+                    "workload": group.workload,
+                    "kind": group.kind,
+                    "strategy": label,
+                    "config": config,
+                    "tau": report.tau(),
+                    "acceptance": report.acceptance(),
+                    "micros_per_draft": report.micros_per_draft(),
+                    "report": report,
+                }));
+            } else {
+                row(label, config, &report);
+                lines.push((label.clone(), spec.stats().to_vec()));
             }
         }
+        if !o.json {
+            println!();
+            for (label, stats) in lines {
+                println!("[{label}]");
+                for s in stats {
+                    println!("  {s}");
+                }
+            }
+        }
+    }
+    if o.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+        );
     }
     Ok(())
 }

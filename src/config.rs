@@ -38,6 +38,8 @@ pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
 /// # Ok::<(), selfspec::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(tag = "type", rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum Strategy {
     /// Copy the `m` tokens that followed the most recent earlier occurrence of the
@@ -234,6 +236,8 @@ impl FromStr for Strategy {
 /// # Ok::<(), selfspec::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct Config {
     /// Strategies in priority order: the first non-empty draft wins.
     pub strategies: Vec<Strategy>,

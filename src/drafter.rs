@@ -15,6 +15,7 @@ pub type Token = u32;
 /// engine; strategies may read them too (ngram-mod stops after `max` tokens and
 /// gives up below `min`, as llama.cpp's does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DraftLimits {
     /// Drafts shorter than this are not worth verifying (llama.cpp's `--draft-min`).
     pub min: usize,

@@ -38,6 +38,16 @@ pub enum Error {
         /// The name given.
         name: String,
     },
+    /// A workload file that cannot be read or parsed (line 0: the file itself).
+    #[error("{source_name}:{line}: {reason}")]
+    Workload {
+        /// The file (or label) the workload came from.
+        source_name: String,
+        /// 1-based line of the offending session, 0 for the file as a whole.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A strategy string whose parameters do not parse.
     #[error("strategy `{input}`: {reason}")]
     ParseStrategy {

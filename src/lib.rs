@@ -65,7 +65,6 @@
 //! treat ids as llama.cpp treats its `i32` tokens. The id `u32::MAX` (`-1`) is
 //! ngram-mod's empty-cell marker and is never stored in its pool.
 
-#![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod config;

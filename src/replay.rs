@@ -28,6 +28,7 @@ use crate::stats::DrafterStats;
 
 /// One request: the history at the start of generation and what the target generated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Request {
     /// The whole token history the engine holds when generation starts.
     pub prompt: Vec<Token>,
@@ -44,10 +45,13 @@ impl Request {
 
 /// Requests served one after another by one engine slot (a chat, a series of edits).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Session {
     /// An identifier, for reports.
+    #[cfg_attr(feature = "serde", serde(default))]
     pub id: String,
     /// A free label used to group figures (`chat`, `code-edit`, ...).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub kind: String,
     /// The requests, in order.
     pub requests: Vec<Request>,
@@ -62,6 +66,46 @@ impl Session {
             requests,
         }
     }
+}
+
+/// Parses a workload in JSON Lines (one [`Session`] per line: `{"id", "kind",
+/// "requests": [{"prompt": [..], "output": [..]}]}`); `name` labels errors.
+///
+/// ```
+/// let text = r#"{"id": "a", "kind": "chat", "requests": [{"prompt": [1, 2], "output": [3]}]}"#;
+/// let sessions = selfspec::replay::parse_workload("inline", text)?;
+/// assert_eq!(sessions[0].requests[0].output, [3]);
+/// assert!(selfspec::replay::parse_workload("inline", "{").is_err());
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[cfg(feature = "serde")]
+pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Error> {
+    let mut sessions = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let session = serde_json::from_str(line).map_err(|e| crate::Error::Workload {
+            source_name: name.to_string(),
+            line: i + 1,
+            reason: e.to_string(),
+        })?;
+        sessions.push(session);
+    }
+    Ok(sessions)
+}
+
+/// Reads a workload file in JSON Lines (see [`parse_workload`]).
+#[cfg(feature = "serde")]
+pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, crate::Error> {
+    let path = path.as_ref();
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| crate::Error::Workload {
+        source_name: name.clone(),
+        line: 0,
+        reason: e.to_string(),
+    })?;
+    parse_workload(&name, &text)
 }
 
 /// One replay step, as seen by an observer (see [`replay_observed`]).
@@ -87,6 +131,7 @@ pub struct Step<'a> {
 
 /// The figures of one replay.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReplayReport {
     /// Sessions replayed.
     pub sessions: usize,

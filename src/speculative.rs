@@ -157,6 +157,7 @@ impl Speculative {
 
     /// A new request starts: `prompt` is the whole history the target holds.
     pub fn begin(&mut self, prompt: &[Token]) {
+        tracing::debug!(target: "selfspec", prompt = prompt.len(), "begin");
         self.current = None;
         for (drafter, stats) in self.drafters.iter_mut().zip(&mut self.stats) {
             let t = Instant::now();
@@ -192,6 +193,7 @@ impl Speculative {
             }
             stats.gen_drafts += 1;
             stats.gen_tokens += self.draft.len() as u64;
+            tracing::trace!(target: "selfspec", drafter = %stats.name, len = self.draft.len(), history = history.len(), "draft");
             self.current = Some(i);
             self.source = Some(i);
             break;
@@ -215,6 +217,7 @@ impl Speculative {
             return;
         }
         let stats = &mut self.stats[i];
+        tracing::trace!(target: "selfspec", drafter = %stats.name, n_accepted, "accept");
         let t = Instant::now();
         self.drafters[i].accept(n_accepted);
         stats.t_accept += t.elapsed();

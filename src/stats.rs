@@ -14,6 +14,7 @@ use std::time::Duration;
 /// One difference from llama.cpp: `gen_tokens` counts the tokens handed to the
 /// engine (after `draft_max`), so `acc_tokens / gen_tokens` is the true acceptance.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct DrafterStats {
     /// The strategy's statistics name (`ngram_simple`, ...).
     pub name: String,

@@ -2,6 +2,8 @@
 //! `begin` / `draft` / `accept` while a workload is replayed a third time
 //! through the same instance (the first passes size every buffer).
 
+#![allow(unsafe_code)] // a counting global allocator
+
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -72,7 +72,7 @@ struct Expected {
 struct Line {
     case: String,
     config: GoldenConfig,
-    sessions: Vec<common::JsonSession>,
+    sessions: Vec<Session>,
     expected: Expected,
 }
 
@@ -114,7 +114,7 @@ fn check_line(line: Line) -> Result<(), String> {
     let case = &line.case;
     let config = config_of(&line.config);
     let mut spec = Speculative::new(&config).map_err(|e| format!("{case}: {e}"))?;
-    let sessions: Vec<Session> = line.sessions.into_iter().map(Into::into).collect();
+    let sessions = line.sessions;
     let mut seen = Vec::new();
     let report = replay_observed(&mut spec, &sessions, |step| {
         if !step.draft.is_empty() {

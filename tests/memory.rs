@@ -12,7 +12,7 @@ fn stream(len: usize) -> Vec<u32> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if out.len() > 100 && x.is_multiple_of(8) {
+        if out.len() > 100 && x % 8 == 0 {
             let n = 20 + (x >> 8) as usize % 40;
             let start = (x >> 20) as usize % (out.len() - n);
             out.extend_from_within(start..start + n);

@@ -1,0 +1,185 @@
+//! Searches each strategy's parameters on a grid for a workload and prints the
+//! best setting per strategy (by tau, among settings whose acceptance reaches
+//! `--min-acceptance`).
+//!
+//! ```text
+//! cargo run --release --example tune                        # the embedded samples
+//! cargo run --release --example tune -- FILE.jsonl [--draft-max N] [--min-acceptance F]
+//! ```
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use selfspec::replay::{replay, Session};
+use selfspec::{Config, Speculative, Strategy};
+
+const SAMPLES: [(&str, &str); 2] = [
+    ("sample-chat", include_str!("data/sample-chat.jsonl")),
+    (
+        "sample-code-edit",
+        include_str!("data/sample-code-edit.jsonl"),
+    ),
+];
+
+const USAGE: &str = "usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]";
+
+/// Every setting tried: strategy parameters x draft_min.
+fn grid(draft_max: usize) -> Vec<Config> {
+    let mut strategies = Vec::new();
+    for n in [2, 3, 4, 6, 8, 12, 16] {
+        for m in [8, 16, 32, 48] {
+            strategies.push(Strategy::NgramSimple { n, m });
+            strategies.push(Strategy::NgramMapK { n, m });
+            for min_hits in [1, 2, 3] {
+                strategies.push(Strategy::NgramMapK4v { n, m, min_hits });
+            }
+        }
+    }
+    for n in [4, 8, 12, 16, 24, 32] {
+        strategies.push(Strategy::NgramMod { n });
+    }
+    let mut configs = Vec::new();
+    for s in strategies {
+        for draft_min in [0, 2, 4, 8, 16, 48] {
+            if draft_min <= draft_max {
+                configs.push(
+                    Config::new([s.clone()])
+                        .with_draft_max(draft_max)
+                        .with_draft_min(draft_min),
+                );
+            }
+        }
+    }
+    configs
+}
+
+struct Best {
+    config: Config,
+    tau: f64,
+    acceptance: f64,
+}
+
+fn tune(
+    name: &str,
+    sessions: &[Session],
+    draft_max: usize,
+    min_acceptance: f64,
+) -> Result<(), String> {
+    let grid = grid(draft_max);
+    let mut best: Vec<(&'static str, Option<Best>)> =
+        ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
+            .iter()
+            .map(|n| (*n, None))
+            .collect();
+    let mut stderr = std::io::stderr();
+    for (k, config) in grid.iter().enumerate() {
+        if k % 16 == 0 || k + 1 == grid.len() {
+            let _ = write!(stderr, "\r{name}: {}/{} settings", k + 1, grid.len());
+            let _ = stderr.flush();
+        }
+        let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
+        let report = replay(&mut spec, sessions);
+        let (tau, acceptance) = (report.tau(), report.acceptance());
+        if acceptance < min_acceptance {
+            continue;
+        }
+        let slot = best
+            .iter_mut()
+            .find(|(n, _)| *n == config.strategies[0].name())
+            .map(|(_, b)| b)
+            .expect("every strategy has a slot");
+        if slot.as_ref().map_or(true, |b| tau > b.tau) {
+            *slot = Some(Best {
+                config: config.clone(),
+                tau,
+                acceptance,
+            });
+        }
+    }
+    let _ = writeln!(stderr);
+    println!(
+        "\n== {name}: best per strategy, draft_max {draft_max}, acceptance >= {min_acceptance}"
+    );
+    println!(
+        "{:<40} {:>9} {:>7} {:>7}",
+        "strategy", "draft_min", "tau", "accept"
+    );
+    for (strategy, b) in best {
+        match b {
+            Some(b) => println!(
+                "{:<40} {:>9} {:>7.3} {:>7.3}",
+                b.config.strategies[0].to_string(),
+                b.config.draft_min,
+                b.tau,
+                b.acceptance
+            ),
+            None => println!("{strategy:<40} (no setting reaches the acceptance floor)"),
+        }
+    }
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let mut files = Vec::new();
+    let (mut draft_max, mut min_acceptance) = (16usize, 0.0f64);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))
+        };
+        match arg.as_str() {
+            "--draft-max" => {
+                let v = value(&arg)?;
+                draft_max = v
+                    .parse()
+                    .ok()
+                    .filter(|d| (1..=selfspec::config::MAX_DRAFT).contains(d))
+                    .ok_or_else(|| {
+                        format!(
+                            "--draft-max `{v}`: expected 1..={}",
+                            selfspec::config::MAX_DRAFT
+                        )
+                    })?;
+            }
+            "--min-acceptance" => {
+                let v = value(&arg)?;
+                min_acceptance = v
+                    .parse()
+                    .ok()
+                    .filter(|a: &f64| (0.0..=1.0).contains(a))
+                    .ok_or_else(|| format!("--min-acceptance `{v}`: expected a number in 0..=1"))?;
+            }
+            "--help" | "-h" => return Err(USAGE.into()),
+            flag if flag.starts_with('-') => {
+                return Err(format!("unknown option `{flag}`; {USAGE}"))
+            }
+            _ => files.push(arg),
+        }
+    }
+    if files.is_empty() {
+        for (name, text) in SAMPLES {
+            let sessions =
+                selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
+            tune(name, &sessions, draft_max, min_acceptance)?;
+        }
+    }
+    for f in &files {
+        let sessions = selfspec::replay::read_workload(f).map_err(|e| e.to_string())?;
+        if sessions.is_empty() {
+            return Err(format!("{f}: no sessions"));
+        }
+        tune(f, &sessions, draft_max, min_acceptance)?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tune: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Operation sequences decoded from raw bytes, shared by the `cargo fuzz`
+//! targets (`fuzz/`) and `tests/fuzz_corpus.rs`, which replays the committed
+//! corpus and every regression input on stable Rust.
+#![allow(dead_code)]
+
+#[path = "../oracle/mod.rs"]
+mod oracle;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use selfspec::{Config, NgramPool, Speculative, Strategy, Token};
+
+/// Reads bytes from the fuzzer's input; zeros once it is used up.
+pub struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
+    }
+    fn token(&mut self, alphabet: u8) -> Token {
+        match self.byte() {
+            250 => u32::MAX,
+            251 => u32::MAX - 1,
+            252 => 1 << 31,
+            253 => i32::MAX as u32,
+            254 | 255 => self.u32(),
+            b => (b % alphabet) as Token,
+        }
+    }
+    fn tokens(&mut self, alphabet: u8, max: usize) -> Vec<Token> {
+        let len = self.byte() as usize % (max + 1);
+        (0..len).map(|_| self.token(alphabet)).collect()
+    }
+}
+
+/// A configuration of 1 to 4 strategies with small sizes.
+pub fn config(b: &mut Bytes) -> Config {
+    let count = 1 + b.byte() % 4;
+    let strategies = (0..count)
+        .map(|_| {
+            let (kind, n, m) = (
+                b.byte() % 4,
+                1 + b.byte() as usize % 8,
+                1 + b.byte() as usize % 12,
+            );
+            match kind {
+                0 => Strategy::NgramSimple { n, m },
+                1 => Strategy::NgramMapK { n, m },
+                2 => Strategy::NgramMapK4v {
+                    n,
+                    m,
+                    min_hits: b.byte() as usize % 4,
+                },
+                _ => Strategy::NgramMod { n },
+            }
+        })
+        .collect();
+    let draft_max = 1 + b.byte() as usize % 32;
+    let draft_min = b.byte() as usize % (draft_max + 1);
+    let pool_size = [1, 2, 3, 64, 4096, 65521][b.byte() as usize % 6];
+    Config {
+        strategies,
+        draft_max,
+        draft_min,
+        pool_size,
+    }
+}
+
+fn follows_key(history: &[Token], last: Token, n: usize, draft: &[Token]) -> bool {
+    let mut key = history[history.len() + 1 - n..].to_vec();
+    key.push(last);
+    (0..history.len().saturating_sub(n - 1))
+        .any(|j| history[j..j + n] == key[..] && history[j + n..].starts_with(draft))
+}
+
+/// Two sequences sharing one pool, driven by arbitrary operations, including
+/// histories that change without `begin` and stray `accept`s. Panics when a
+/// draft breaks the limits or its strategy's provenance rule.
+pub fn chaos(data: &[u8]) {
+    let mut b = Bytes(data);
+    let config = config(&mut b);
+    let alphabet = 2 + b.byte() % 7;
+    let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
+    let mut specs = [
+        Speculative::with_pool(&config, pool.clone()).unwrap(),
+        Speculative::with_pool(&config, pool.clone()).unwrap(),
+    ];
+    let mut histories: [Vec<Token>; 2] = Default::default();
+    let mut seen: HashSet<Token> = HashSet::new();
+    while !b.is_empty() {
+        let op = b.byte();
+        let s = (op >> 7) as usize;
+        let (spec, history) = (&mut specs[s], &mut histories[s]);
+        match op % 8 {
+            0 => {
+                let keep = history.len() * b.byte() as usize / 255;
+                history.truncate(keep);
+                history.extend(b.tokens(alphabet, 64));
+                seen.extend(history.iter().copied());
+                spec.begin(history);
+            }
+            1..=4 => {
+                let last = b.token(alphabet);
+                seen.extend(history.iter().copied());
+                seen.insert(last);
+                let draft = spec.draft(history, last).to_vec();
+                assert!(draft.len() <= config.draft_max);
+                assert!(draft.is_empty() || draft.len() >= config.draft_min);
+                match spec.drafted_by().map(|i| &config.strategies[i]) {
+                    Some(
+                        Strategy::NgramSimple { n, .. }
+                        | Strategy::NgramMapK { n, .. }
+                        | Strategy::NgramMapK4v { n, .. },
+                    ) => assert!(follows_key(history, last, *n, &draft), "{draft:?}"),
+                    Some(Strategy::NgramMod { .. }) => {
+                        assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX))
+                    }
+                    Some(_) => {}
+                    None => assert!(draft.is_empty()),
+                }
+                let accept = b.byte() as usize;
+                spec.accept(accept);
+                history.push(last);
+                history.extend_from_slice(&draft[..accept.min(draft.len())]);
+            }
+            5 => {
+                let keep = history.len() * b.byte() as usize / 255;
+                history.truncate(keep);
+            }
+            6 => {
+                if !history.is_empty() {
+                    let at = (history.len() - 1) * b.byte() as usize / 255;
+                    history[at] = b.token(alphabet);
+                }
+            }
+            _ => spec.accept(b.byte() as usize * 1000),
+        }
+    }
+    for spec in &specs {
+        for st in spec.stats() {
+            assert!(st.acc_tokens <= st.gen_tokens && st.calls_accept == st.acc_drafts);
+        }
+    }
+}
+
+/// One sequence under the engine's contract, compared draft for draft with
+/// the naive oracles written from SPEC.md.
+pub fn differential(data: &[u8]) {
+    let mut b = Bytes(data);
+    let config = config(&mut b);
+    let alphabet = 2 + b.byte() % 5;
+    let mut spec = Speculative::new(&config).unwrap();
+    let mut naive = oracle::Chain::new(&config);
+    let mut history: Vec<Token> = Vec::new();
+    while !b.is_empty() {
+        let op = b.byte();
+        if op % 8 == 0 {
+            let keep = history.len() * b.byte() as usize / 255;
+            history.truncate(keep);
+            history.extend(b.tokens(alphabet, 64));
+            spec.begin(&history);
+            naive.begin(&history);
+            continue;
+        }
+        let last = b.token(alphabet);
+        let got = spec.draft(&history, last).to_vec();
+        let (want, by) = naive.draft(&history, last);
+        assert_eq!(got, want, "history {history:?} last {last}");
+        assert_eq!(spec.drafted_by(), by);
+        let accept = (b.byte() as usize % 20).min(got.len());
+        spec.accept(accept);
+        naive.accept(accept);
+        history.push(last);
+        history.extend_from_slice(&got[..accept]);
+    }
+}
+
+/// Strategy strings and configurations: parse, validate, build; never panic.
+pub fn parse(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for part in text.split('|') {
+        if let Ok(s) = part.parse::<Strategy>() {
+            assert_eq!(s.to_string().parse::<Strategy>().unwrap(), s);
+            let config = Config::new([s]).with_pool_size(64);
+            Speculative::new(&config).unwrap();
+        }
+    }
+    let mut b = Bytes(data);
+    let mut config = config(&mut b);
+    config.draft_max = b.u32() as usize % 5000;
+    config.draft_min = b.u32() as usize % 5000;
+    config.pool_size = b.u32() as usize % 100_000;
+    match Speculative::new(&config) {
+        Ok(_) => config.validate().unwrap(),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
