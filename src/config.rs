@@ -1,6 +1,7 @@
 //! Configuration: which strategies, in which order, with which engine limits.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::Error;
@@ -74,6 +75,24 @@ pub enum Strategy {
         /// Key size (llama.cpp recommends 24; below 16 drafts poorly).
         n: usize,
     },
+    /// Lookup decoding (llama.cpp `ngram-cache`): n-gram -> follower-count
+    /// caches of sizes 1..4 learned from the history, plus optional static and
+    /// dynamic caches read from llama.cpp's cache files. Drafts up to 8 tokens.
+    NgramCache {
+        /// A static cache file (`--lookup-cache-static`, as `llama-lookup-create` writes).
+        static_cache: Option<PathBuf>,
+        /// A dynamic cache file (`--lookup-cache-dynamic`).
+        dynamic_cache: Option<PathBuf>,
+    },
+    /// `NgramCache` without the reference's two quirks: the context cache learns
+    /// every n-gram of the history (across the boundaries of what each step
+    /// adds) and learns a new prompt from where it departs from what was seen.
+    NgramCacheLive {
+        /// A static cache file.
+        static_cache: Option<PathBuf>,
+        /// A dynamic cache file.
+        dynamic_cache: Option<PathBuf>,
+    },
 }
 
 impl Strategy {
@@ -84,6 +103,8 @@ impl Strategy {
             Strategy::NgramMapK { .. } => "ngram-map-k",
             Strategy::NgramMapK4v { .. } => "ngram-map-k4v",
             Strategy::NgramMod { .. } => "ngram-mod",
+            Strategy::NgramCache { .. } => "ngram-cache",
+            Strategy::NgramCacheLive { .. } => "ngram-cache-live",
         }
     }
 
@@ -94,6 +115,8 @@ impl Strategy {
             Strategy::NgramMapK { .. } => "ngram_map_k",
             Strategy::NgramMapK4v { .. } => "ngram_map_k4v",
             Strategy::NgramMod { .. } => "ngram_mod",
+            Strategy::NgramCache { .. } => "ngram_cache",
+            Strategy::NgramCacheLive { .. } => "ngram_cache_live",
         }
     }
 
@@ -109,6 +132,14 @@ impl Strategy {
                 min_hits: 1,
             },
             "ngram-mod" => Strategy::NgramMod { n: 12 },
+            "ngram-cache" => Strategy::NgramCache {
+                static_cache: None,
+                dynamic_cache: None,
+            },
+            "ngram-cache-live" => Strategy::NgramCacheLive {
+                static_cache: None,
+                dynamic_cache: None,
+            },
             _ => return None,
         })
     }
@@ -128,6 +159,22 @@ impl Strategy {
                 range(ctx, "min_hits", min_hits, 0, MAX_MIN_HITS)
             }
             Strategy::NgramMod { n } => ngram("n", n),
+            // Cache files are checked when the drafter is built.
+            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => Ok(()),
+        }
+    }
+
+    fn paths(&mut self) -> Option<(&mut Option<PathBuf>, &mut Option<PathBuf>)> {
+        match self {
+            Strategy::NgramCache {
+                static_cache,
+                dynamic_cache,
+            }
+            | Strategy::NgramCacheLive {
+                static_cache,
+                dynamic_cache,
+            } => Some((static_cache, dynamic_cache)),
+            _ => None,
         }
     }
 
@@ -140,6 +187,7 @@ impl Strategy {
                 vec![("n", n), ("m", m), ("min_hits", min_hits)]
             }
             Strategy::NgramMod { n } => vec![("n", n)],
+            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => vec![],
         }
     }
 }
@@ -175,6 +223,23 @@ impl fmt::Display for Strategy {
                 write!(f, ":n={n},m={m},min_hits={min_hits}")
             }
             Strategy::NgramMod { n } => write!(f, ":n={n}"),
+            Strategy::NgramCache {
+                ref static_cache,
+                ref dynamic_cache,
+            }
+            | Strategy::NgramCacheLive {
+                ref static_cache,
+                ref dynamic_cache,
+            } => {
+                let mut sep = ':';
+                for (key, path) in [("static", static_cache), ("dynamic", dynamic_cache)] {
+                    if let Some(path) = path {
+                        write!(f, "{sep}{key}={}", path.display())?;
+                        sep = ',';
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -183,7 +248,8 @@ impl FromStr for Strategy {
     type Err = Error;
 
     /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`;
-    /// unset keys keep llama.cpp's defaults), then validates the result.
+    /// `static`, `dynamic` for cache file paths of `ngram-cache`; unset keys
+    /// keep llama.cpp's defaults), then validates the result.
     fn from_str(input: &str) -> Result<Self, Error> {
         let input = input.trim();
         let (name, params) = match input.split_once(':') {
@@ -202,6 +268,19 @@ impl FromStr for Strategy {
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{pair}` is not of the form key=value")))?;
             let (key, value) = (key.trim(), value.trim());
+            if let Some((static_cache, dynamic_cache)) = strategy.paths() {
+                let slot = match key {
+                    "static" | "static_cache" => static_cache,
+                    "dynamic" | "dynamic_cache" => dynamic_cache,
+                    _ => {
+                        return Err(bad(format!(
+                            "unknown parameter `{key}`; {name} takes static=PATH, dynamic=PATH"
+                        )))
+                    }
+                };
+                *slot = Some(PathBuf::from(value));
+                continue;
+            }
             let mut fields = strategy.params();
             let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
             let slot = fields.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {

@@ -101,6 +101,13 @@ pub trait Drafter: Send + fmt::Debug {
     fn heap_bytes(&self) -> usize {
         0
     }
+
+    /// The concrete drafter, for introspection through
+    /// [`Speculative::drafter`](crate::Speculative::drafter) (e.g.
+    /// `as_any()?.downcast_ref::<NgramMap>()`). `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -124,5 +131,8 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn heap_bytes(&self) -> usize {
         (**self).heap_bytes()
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        (**self).as_any()
     }
 }

@@ -33,7 +33,7 @@ pub enum Error {
     #[error("config: `strategies` is empty; configure at least one strategy (e.g. ngram-simple)")]
     EmptyChain,
     /// A strategy name that does not exist.
-    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod")]
+    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-cache-live")]
     UnknownStrategy {
         /// The name given.
         name: String,
@@ -45,6 +45,16 @@ pub enum Error {
         source_name: String,
         /// 1-based line of the offending session, 0 for the file as a whole.
         line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A llama.cpp lookup cache file that cannot be read or is malformed.
+    #[error("lookup cache {}: byte {offset}: {reason}", path.display())]
+    CacheFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Byte offset of the problem (0 for the file as a whole).
+        offset: u64,
         /// What is wrong.
         reason: String,
     },

@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::config::{Config, Strategy, MAX_DRAFT};
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::stats::DrafterStats;
-use crate::strategies::{NgramMap, NgramMod, NgramPool, NgramSimple};
+use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple};
 use crate::Error;
 
 /// Drafts for one sequence: llama.cpp's `common_speculative`.
@@ -86,6 +86,20 @@ impl Speculative {
                 Strategy::NgramMapK4v { n, m, min_hits } => {
                     Box::new(NgramMap::four_values(n, m, min_hits))
                 }
+                Strategy::NgramCache {
+                    ref static_cache,
+                    ref dynamic_cache,
+                } => Box::new(NgramCache::from_files(
+                    static_cache.as_deref(),
+                    dynamic_cache.as_deref(),
+                )?),
+                Strategy::NgramCacheLive {
+                    ref static_cache,
+                    ref dynamic_cache,
+                } => Box::new(
+                    NgramCache::from_files(static_cache.as_deref(), dynamic_cache.as_deref())?
+                        .live(),
+                ),
                 Strategy::NgramMod { n } => {
                     let pool = match &pool {
                         Some(pool) => pool.clone(),
@@ -241,6 +255,12 @@ impl Speculative {
     /// buffer (the shared ngram-mod pool is not counted: see [`NgramPool::size_bytes`]).
     pub fn heap_bytes(&self) -> usize {
         self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>() + self.draft.capacity() * 4
+    }
+
+    /// The `i`-th drafter of the chain (see [`Drafter::as_any`] to reach the
+    /// concrete type).
+    pub fn drafter(&self, i: usize) -> Option<&dyn Drafter> {
+        self.drafters.get(i).map(|d| &**d)
     }
 
     /// Per-strategy counters and timings, in chain order.

@@ -3,7 +3,10 @@
 
 mod common;
 
+use std::path::Path;
+
 use selfspec::replay::{replay_observed, Session};
+use selfspec::strategies::NgramCache;
 use selfspec::{Config, Speculative, Strategy};
 use serde::Deserialize;
 
@@ -11,6 +14,7 @@ use serde::Deserialize;
 struct GoldenStrategy {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(default)]
     n: usize,
     #[serde(default)]
     m: usize,
@@ -24,6 +28,11 @@ struct GoldenConfig {
     draft_max: usize,
     draft_min: usize,
     pool_size: usize,
+    /// ngram-cache files, relative to the line's folder.
+    #[serde(default)]
+    static_cache: Option<String>,
+    #[serde(default)]
+    dynamic_cache: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +67,13 @@ struct InfoMod {
 }
 
 #[derive(Deserialize)]
+struct InfoCache {
+    context_ngrams: usize,
+    cache_size: usize,
+    tokens_from: [u64; 3],
+}
+
+#[derive(Deserialize)]
 struct Expected {
     steps: u64,
     generated: u64,
@@ -66,6 +82,7 @@ struct Expected {
     stats: Vec<GoldenStats>,
     drafts: Vec<GoldenDraft>,
     info_ngram_mod: Option<InfoMod>,
+    info_ngram_cache: Option<InfoCache>,
 }
 
 #[derive(Deserialize)]
@@ -76,7 +93,7 @@ struct Line {
     expected: Expected,
 }
 
-fn config_of(c: &GoldenConfig) -> Config {
+fn config_of(c: &GoldenConfig, dir: &Path) -> Config {
     let strategies = c
         .strategies
         .iter()
@@ -89,6 +106,10 @@ fn config_of(c: &GoldenConfig) -> Config {
                 min_hits: s.min_hits,
             },
             "ngram_mod" => Strategy::NgramMod { n: s.n },
+            "ngram_cache" => Strategy::NgramCache {
+                static_cache: c.static_cache.as_ref().map(|p| dir.join(p)),
+                dynamic_cache: c.dynamic_cache.as_ref().map(|p| dir.join(p)),
+            },
             other => panic!("unknown golden strategy {other}"),
         })
         .collect();
@@ -110,9 +131,9 @@ struct Seen {
     n_acc: usize,
 }
 
-fn check_line(line: Line) -> Result<(), String> {
+fn check_line(line: Line, dir: &Path) -> Result<(), String> {
     let case = &line.case;
-    let config = config_of(&line.config);
+    let config = config_of(&line.config, dir);
     let mut spec = Speculative::new(&config).map_err(|e| format!("{case}: {e}"))?;
     let sessions = line.sessions;
     let mut seen = Vec::new();
@@ -224,18 +245,39 @@ fn check_line(line: Line) -> Result<(), String> {
         (None, None) => {}
         _ => return Err(format!("{case}: ngram-mod pool presence differs")),
     }
+    let cache = (0..config.strategies.len())
+        .filter_map(|i| spec.drafter(i)?.as_any()?.downcast_ref::<NgramCache>())
+        .next();
+    match (&exp.info_ngram_cache, cache) {
+        (Some(info), Some(cache)) => {
+            let got = (
+                cache.context().len(),
+                cache.cache_size(),
+                cache.tokens_from(),
+            );
+            let want = (info.context_ngrams, info.cache_size, info.tokens_from);
+            if got != want {
+                return Err(format!(
+                    "{case}: ngram-cache (context n-grams, cache_size, tokens_from) = {got:?}, want {want:?}"
+                ));
+            }
+        }
+        (None, None) => {}
+        _ => return Err(format!("{case}: ngram-cache presence differs")),
+    }
     Ok(())
 }
 
 fn check_file(name: &str) -> usize {
     let path = common::manifest_path(&format!("tests/golden/{name}"));
+    let dir = path.parent().expect("a folder").to_path_buf();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut failures = Vec::new();
     let mut cases = 0;
     for raw in text.lines().filter(|l| !l.trim().is_empty()) {
         let line: Line = serde_json::from_str(raw).expect("a golden line");
         cases += 1;
-        if let Err(e) = check_line(line) {
+        if let Err(e) = check_line(line, &dir) {
             failures.push(e);
         }
     }
@@ -271,4 +313,9 @@ fn golden_ngram_mod() {
 #[test]
 fn golden_chain() {
     assert_eq!(check_file("chain.jsonl"), 14);
+}
+
+#[test]
+fn golden_ngram_cache() {
+    assert_eq!(check_file("ngram-cache/ngram-cache.jsonl"), 46);
 }

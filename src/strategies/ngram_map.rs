@@ -487,6 +487,10 @@ impl Drafter for NgramMap {
             + self.scratch.capacity() * std::mem::size_of::<usize>()
             + self.index.heap_bytes()
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 #[cfg(test)]

@@ -347,6 +347,10 @@ impl Drafter for NgramMod {
             self.n_low = 0;
         }
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 #[cfg(test)]

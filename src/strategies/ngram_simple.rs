@@ -94,6 +94,10 @@ impl Drafter for NgramSimple {
     fn heap_bytes(&self) -> usize {
         self.index.heap_bytes()
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 #[cfg(test)]

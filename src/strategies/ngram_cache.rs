@@ -1,0 +1,717 @@
+//! ngram-cache: llama.cpp's lookup decoding. N-gram -> follower-count caches:
+//! a context cache learned from the history, and optional dynamic and static
+//! caches read from llama.cpp's own cache files.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::path::{Path, PathBuf};
+
+use smallvec::SmallVec;
+
+use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::Error;
+
+/// Smallest and largest n-gram sizes of the context and dynamic caches
+/// (llama.cpp's `LLAMA_NGRAM_MIN` / `LLAMA_NGRAM_MAX`).
+pub const NGRAM_SIZES: std::ops::RangeInclusive<usize> = 1..=4;
+/// The n-gram size of static caches (`LLAMA_NGRAM_STATIC`).
+pub const NGRAM_STATIC: usize = 2;
+/// Tokens per draft, hard-coded in llama.cpp (`draft_max` is not read).
+pub const N_DRAFT: usize = 8;
+
+/// An n-gram as llama.cpp stores it: four ids, unused slots `-1` (`u32::MAX`).
+type Key = [Token; 4];
+const UNUSED: Token = u32::MAX;
+
+fn key_of(tokens: &[Token]) -> Key {
+    let mut key = [UNUSED; 4];
+    key[..tokens.len()].copy_from_slice(tokens);
+    key
+}
+
+type Fast = BuildHasherDefault<ahash::AHasher>;
+
+/// Parts with more followers than this get a token -> slot index.
+const INDEXED_PART: usize = 8;
+
+/// The followers of one n-gram in insertion order, with their counts, the
+/// running sum and the current winner by count (ties: the newest), kept
+/// incrementally so a draft does not rescan the part.
+#[derive(Clone, Debug, Default)]
+struct Part {
+    followers: SmallVec<[(Token, i32); 2]>,
+    index: Option<HashMap<Token, u32, Fast>>,
+    sum: i64,
+    best: u32,
+}
+
+impl Part {
+    fn find(&self, token: Token) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(&token).map(|&i| i as usize),
+            None => self.followers.iter().position(|&(t, _)| t == token),
+        }
+    }
+
+    fn count(&self, i: usize) -> i32 {
+        self.followers[i].1
+    }
+
+    fn promote(&mut self, i: usize) {
+        let best = self.best as usize;
+        let c = self.followers[i].1;
+        if c > self.followers[best].1 || (c == self.followers[best].1 && i > best) {
+            self.best = i as u32;
+        }
+    }
+
+    fn push(&mut self, token: Token, count: i32) {
+        let i = self.followers.len();
+        self.followers.push((token, count));
+        if let Some(index) = &mut self.index {
+            index.insert(token, i as u32);
+        } else if self.followers.len() > INDEXED_PART {
+            self.index = Some(
+                self.followers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(t, _))| (t, i as u32))
+                    .collect(),
+            );
+        }
+        self.sum += count as i64;
+        self.promote(i);
+    }
+
+    /// Adds `count` to `token`'s count (a new follower enters last).
+    fn add(&mut self, token: Token, count: i32) {
+        match self.find(token) {
+            Some(i) => {
+                self.followers[i].1 = self.followers[i].1.saturating_add(count);
+                self.sum += count as i64;
+                self.promote(i);
+            }
+            None => self.push(token, count),
+        }
+    }
+}
+
+/// An n-gram cache in llama.cpp's format (`common_ngram_cache`): for each
+/// n-gram of 1 to 4 tokens, the tokens that followed it and how often.
+///
+/// Reads and writes llama.cpp's binary cache files byte-compatibly
+/// ([`load`](LookupCache::load), [`save`](LookupCache::save)), builds from a
+/// corpus as `llama-lookup-create` does ([`from_tokens`](LookupCache::from_tokens))
+/// and merges caches as `llama-lookup-merge` does ([`merge`](LookupCache::merge)).
+/// Followers keep their insertion order (file order when loaded): among equally
+/// scored followers the newest wins, selfspec's portable tie rule.
+///
+/// ```
+/// use selfspec::strategies::LookupCache;
+///
+/// let corpus = [1, 2, 3, 1, 2, 4, 1, 2, 3];
+/// let cache = LookupCache::from_tokens(&corpus, 2..=2);
+/// assert_eq!(cache.followers(&[1, 2]).unwrap(), [(3, 2), (4, 1)]);
+/// let bytes = cache.to_bytes();
+/// assert_eq!(LookupCache::from_bytes(&bytes, "inline")?, cache);
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct LookupCache {
+    slots: HashMap<Key, u32, Fast>,
+    /// Keys in insertion order (file order when loaded), with their parts.
+    keys: Vec<Key>,
+    parts: Vec<Part>,
+}
+
+impl std::fmt::Debug for LookupCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LookupCache")
+            .field("ngrams", &self.len())
+            .finish()
+    }
+}
+
+impl PartialEq for LookupCache {
+    /// Same n-grams with the same followers, counts and follower order.
+    fn eq(&self, other: &LookupCache) -> bool {
+        self.len() == other.len()
+            && self.keys.iter().zip(&self.parts).all(|(k, p)| {
+                other
+                    .slots
+                    .get(k)
+                    .is_some_and(|&j| other.parts[j as usize].followers == p.followers)
+            })
+    }
+}
+
+impl LookupCache {
+    /// An empty cache.
+    pub fn new() -> LookupCache {
+        LookupCache::default()
+    }
+
+    /// Distinct n-grams held.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the cache holds no n-gram.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The followers of `ngram` (1 to 4 tokens) with their counts, in insertion order.
+    pub fn followers(&self, ngram: &[Token]) -> Option<Vec<(Token, u32)>> {
+        if !NGRAM_SIZES.contains(&ngram.len()) {
+            return None;
+        }
+        let part = self.part(&key_of(ngram))?;
+        Some(part.followers.iter().map(|&(t, c)| (t, c as u32)).collect())
+    }
+
+    fn part(&self, key: &Key) -> Option<&Part> {
+        self.slots.get(key).map(|&i| &self.parts[i as usize])
+    }
+
+    fn part_mut(&mut self, key: Key) -> &mut Part {
+        let next = self.parts.len() as u32;
+        let i = *self.slots.entry(key).or_insert(next);
+        if i == next {
+            self.keys.push(key);
+            self.parts.push(Part::default());
+        }
+        &mut self.parts[i as usize]
+    }
+
+    /// llama.cpp's `common_ngram_cache_update`: for each size in `sizes`, counts
+    /// the token after every n-gram that ends within the last `new` tokens of
+    /// `tokens` (n-grams never start before `tokens`).
+    pub fn update(&mut self, tokens: &[Token], sizes: std::ops::RangeInclusive<usize>, new: usize) {
+        let len = tokens.len();
+        for size in sizes.filter(|s| NGRAM_SIZES.contains(s)) {
+            for i in len.saturating_sub(new).max(size)..len {
+                self.part_mut(key_of(&tokens[i - size..i]))
+                    .add(tokens[i], 1);
+            }
+        }
+    }
+
+    /// A cache of `corpus` with n-gram sizes `sizes`: `2..=2` is what
+    /// `llama-lookup-create` writes (static caches), `1..=4` a dynamic cache.
+    pub fn from_tokens(corpus: &[Token], sizes: std::ops::RangeInclusive<usize>) -> LookupCache {
+        let mut cache = LookupCache::new();
+        cache.slots.reserve(corpus.len());
+        cache.update(corpus, sizes, corpus.len());
+        cache
+    }
+
+    /// llama.cpp's `common_ngram_cache_merge`: adds `other`'s counts (new
+    /// n-grams and followers enter after the existing ones).
+    pub fn merge(&mut self, other: &LookupCache) {
+        for (key, part) in other.keys.iter().zip(&other.parts) {
+            let target = self.part_mut(*key);
+            for &(t, c) in &part.followers {
+                target.add(t, c);
+            }
+        }
+    }
+
+    /// Parses llama.cpp's cache file format (`name` labels errors): records of
+    /// `i32[4]` key, `i32` follower count n > 0, n x (`i32` token, `i32` count > 0),
+    /// little-endian. A repeated key or follower keeps the first; a trailing
+    /// fragment shorter than a key is ignored (as llama.cpp does).
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<LookupCache, Error> {
+        let bad = |offset: usize, reason: String| Error::CacheFile {
+            path: PathBuf::from(name),
+            offset: offset as u64,
+            reason,
+        };
+        let word = |at: usize| -> Option<i32> {
+            bytes
+                .get(at..at + 4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let mut cache = LookupCache::new();
+        let mut at = 0;
+        while at + 16 <= bytes.len() {
+            let record = at;
+            let mut key = [0u32; 4];
+            for (j, slot) in key.iter_mut().enumerate() {
+                *slot = word(at + 4 * j).unwrap_or(-1) as u32;
+            }
+            at += 16;
+            let n = word(at)
+                .ok_or_else(|| bad(at, "truncated record: missing follower count".into()))?;
+            if n <= 0 {
+                return Err(bad(at, format!("follower count {n}; must be positive")));
+            }
+            at += 4;
+            let need = n as usize * 8;
+            if bytes.len() - at < need {
+                return Err(bad(
+                    at,
+                    format!(
+                        "truncated record at {record}: {n} followers need {need} bytes, {} left",
+                        bytes.len() - at
+                    ),
+                ));
+            }
+            let is_new = !cache.slots.contains_key(&key);
+            let mut part = Part::default();
+            for _ in 0..n {
+                let (token, count) = (word(at).unwrap_or(0) as u32, word(at + 4).unwrap_or(0));
+                if count <= 0 {
+                    return Err(bad(
+                        at + 4,
+                        format!("count {count} of token {token}; must be positive"),
+                    ));
+                }
+                if is_new && part.find(token).is_none() {
+                    part.push(token, count);
+                }
+                at += 8;
+            }
+            if is_new {
+                cache.slots.insert(key, cache.parts.len() as u32);
+                cache.keys.push(key);
+                cache.parts.push(part);
+            }
+        }
+        Ok(cache)
+    }
+
+    /// Reads a llama.cpp cache file (see [`from_bytes`](LookupCache::from_bytes)).
+    pub fn load(path: impl AsRef<Path>) -> Result<LookupCache, Error> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::CacheFile {
+            path: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        LookupCache::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// The cache in llama.cpp's file format: n-grams and followers in insertion
+    /// order, so that loading the bytes gives back an equal cache.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (key, part) in self.keys.iter().zip(&self.parts) {
+            for &t in key {
+                out.extend_from_slice(&t.to_le_bytes());
+            }
+            out.extend_from_slice(&(part.followers.len() as i32).to_le_bytes());
+            for &(t, c) in &part.followers {
+                out.extend_from_slice(&t.to_le_bytes());
+                out.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Writes the cache to `path` in llama.cpp's file format.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_bytes()).map_err(|e| Error::CacheFile {
+            path: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * (16 + 4 + 1)
+            + self.keys.capacity() * 16
+            + self.parts.capacity() * std::mem::size_of::<Part>()
+            + self
+                .parts
+                .iter()
+                .map(|p| {
+                    (if p.followers.spilled() {
+                        p.followers.capacity() * 8
+                    } else {
+                        0
+                    }) + p.index.as_ref().map_or(0, |i| i.capacity() * 9)
+                })
+                .sum::<usize>()
+    }
+}
+
+/// Minimum sample sizes and winner percentages per n-gram size 1..4.
+struct Thresholds {
+    sample: [i64; 4],
+    pct: [i64; 4],
+}
+
+const LAX: Thresholds = Thresholds {
+    sample: [2, 2, 1, 1],
+    pct: [66, 50, 50, 50],
+};
+const STRICT: Thresholds = Thresholds {
+    sample: [4, 3, 2, 2],
+    pct: [75, 66, 66, 66],
+};
+
+/// The follower of `part` with the highest `count * weight` (weight `100 *
+/// static count` for followers of the static part `ps`, else 1); ties go to
+/// the newest.
+fn winner(part: &Part, ps: Option<&Part>) -> usize {
+    let Some(ps) = ps.filter(|p| !p.followers.is_empty()) else {
+        return part.best as usize;
+    };
+    let weight = |t: Token| ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64);
+    let better = |(s, i): (i64, usize), (bs, bi): (i64, usize)| s > bs || (s == bs && i > bi);
+    let scan = || {
+        let mut best = (i64::MIN, 0);
+        for (i, &(t, c)) in part.followers.iter().enumerate() {
+            let cand = (c as i64 * weight(t), i);
+            if better(cand, best) {
+                best = cand;
+            }
+        }
+        best.1
+    };
+    if part.followers.len() <= INDEXED_PART || ps.followers.len() > part.followers.len() {
+        return scan();
+    }
+    // Large part, smaller static part: the winner is either a follower the
+    // static part weights, or the best-counted follower if it is unweighted.
+    let top = part.best as usize;
+    if ps.find(part.followers[top].0).is_some() {
+        return scan();
+    }
+    let mut best = (part.count(top) as i64, top);
+    for &(t, sc) in &ps.followers {
+        if let Some(i) = part.find(t) {
+            let cand = (part.count(i) as i64 * 100 * sc as i64, i);
+            if better(cand, best) {
+                best = cand;
+            }
+        }
+    }
+    best.1
+}
+
+/// llama.cpp's `ngram-cache` drafter (lookup decoding).
+///
+/// Each draft call first teaches the context cache the tokens added since the
+/// last call, then drafts up to 8 tokens, each from the longest n-gram (4 down
+/// to 1) of the context cache whose winner passes the lax thresholds, else of
+/// the dynamic cache under the strict ones, else from the static cache's
+/// 2-gram; static counts weight the followers' scores.
+///
+/// Reference quirks kept by default (see [`NgramCache::live`] for the fix): the
+/// context cache learns n-grams only inside each newly added segment (the
+/// accepted tokens plus the new `last`), and after a long history it ignores a
+/// new, shorter prompt until the history passes the old length.
+///
+/// ```
+/// use selfspec::{DraftLimits, Drafter, strategies::NgramCache};
+///
+/// let mut cache = NgramCache::new();
+/// let prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2];
+/// let mut draft = Vec::new();
+/// cache.draft(&prompt, 3, DraftLimits::default(), &mut draft);
+/// assert_eq!(draft, [4, 1, 2, 3, 4, 1, 2, 3]);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct NgramCache {
+    context: LookupCache,
+    dynamic: LookupCache,
+    statics: LookupCache,
+    /// History tokens (plus `last`) already fed to the context cache.
+    cache_size: usize,
+    /// `Some(copy of what was fed)`: the quirk-free mode.
+    live: Option<Vec<Token>>,
+    segment: Vec<Token>,
+    tokens_from: [u64; 3],
+}
+
+impl NgramCache {
+    /// A drafter with no static or dynamic cache.
+    pub fn new() -> NgramCache {
+        NgramCache::default()
+    }
+
+    /// A drafter with the given static and dynamic caches (already loaded).
+    pub fn with_caches(static_cache: LookupCache, dynamic_cache: LookupCache) -> NgramCache {
+        NgramCache {
+            statics: static_cache,
+            dynamic: dynamic_cache,
+            ..NgramCache::default()
+        }
+    }
+
+    /// A drafter reading llama.cpp's `--lookup-cache-static` and
+    /// `--lookup-cache-dynamic` files; errors name the file and byte offset.
+    pub fn from_files(
+        static_cache: Option<&Path>,
+        dynamic_cache: Option<&Path>,
+    ) -> Result<NgramCache, Error> {
+        let load = |p: Option<&Path>| p.map_or_else(|| Ok(LookupCache::new()), LookupCache::load);
+        Ok(NgramCache::with_caches(
+            load(static_cache)?,
+            load(dynamic_cache)?,
+        ))
+    }
+
+    /// Switches to the quirk-free mode: the context cache learns every n-gram
+    /// of the history, across the boundaries of what each call adds, and a new
+    /// prompt is learned from where it departs from the history already seen
+    /// (earlier histories stay in the cache).
+    pub fn live(mut self) -> NgramCache {
+        self.live = Some(Vec::new());
+        self
+    }
+
+    /// The context cache learned from the history.
+    pub fn context(&self) -> &LookupCache {
+        &self.context
+    }
+
+    /// History tokens fed to the context cache so far (its high-water mark).
+    pub fn cache_size(&self) -> usize {
+        self.cache_size
+    }
+
+    /// Drafted tokens taken from the context, dynamic and static cache.
+    pub fn tokens_from(&self) -> [u64; 3] {
+        self.tokens_from
+    }
+
+    fn learn(&mut self, history: &[Token], last: Token) {
+        let len = history.len();
+        let Some(fed) = &mut self.live else {
+            // The reference: n-grams inside the new segment only.
+            if self.cache_size < len + 1 {
+                self.segment.clear();
+                self.segment.extend_from_slice(&history[self.cache_size..]);
+                self.segment.push(last);
+                self.context
+                    .update(&self.segment, NGRAM_SIZES, self.segment.len());
+                self.cache_size = len + 1;
+            }
+            return;
+        };
+        // Quirk-free: keep `fed` equal to history ++ [last]; learn the n-grams
+        // ending at every position not learned yet, with their full context.
+        let have = fed.len();
+        let tail = have.saturating_sub(32);
+        let extends = len + 1 >= have
+            && (tail..have).all(|j| fed[j] == if j < len { history[j] } else { last });
+        let common = if extends {
+            have
+        } else {
+            (0..have.min(len + 1))
+                .find(|&j| fed[j] != if j < len { history[j] } else { last })
+                .unwrap_or(have.min(len + 1))
+        };
+        fed.truncate(common);
+        fed.extend_from_slice(history.get(common..).unwrap_or(&[]));
+        fed.push(last);
+        let new = fed.len() - common;
+        if new > 0 {
+            self.context.update(fed, NGRAM_SIZES, new);
+        }
+        self.cache_size = fed.len();
+    }
+
+    fn primary(
+        &self,
+        cache: &LookupCache,
+        keys: &[Option<Key>; 4],
+        ps: Option<&Part>,
+        t: &Thresholds,
+    ) -> Option<Token> {
+        for s in (1..=4).rev() {
+            let Some(part) = keys[s - 1].as_ref().and_then(|k| cache.part(k)) else {
+                continue;
+            };
+            let w = winner(part, ps);
+            let count = part.count(w) as i64;
+            if part.sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * part.sum {
+                continue;
+            }
+            return Some(part.followers[w].0);
+        }
+        None
+    }
+}
+
+impl Drafter for NgramCache {
+    fn name(&self) -> &str {
+        match self.live {
+            Some(_) => "ngram_cache_live",
+            None => "ngram_cache",
+        }
+    }
+
+    fn begin(&mut self, _prompt: &[Token]) {}
+
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        _limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        self.learn(history, last);
+        let len = history.len() + 1;
+        if len < NGRAM_STATIC {
+            return;
+        }
+        // The last four tokens of history ++ [last] ++ draft, oldest first.
+        let mut tail = [UNUSED; 4];
+        let known = len.min(4);
+        for (j, slot) in tail[4 - known..].iter_mut().enumerate() {
+            let at = len - known + j;
+            *slot = if at < history.len() {
+                history[at]
+            } else {
+                last
+            };
+        }
+        let mut seq_len = len;
+        let base = draft.len();
+        while draft.len() - base < N_DRAFT {
+            let mut keys = [None; 4];
+            for s in 1..=4 {
+                if s <= seq_len {
+                    keys[s - 1] = Some(key_of(&tail[4 - s..]));
+                }
+            }
+            let ps = keys[NGRAM_STATIC - 1]
+                .as_ref()
+                .and_then(|k| self.statics.part(k));
+            let (token, source) = if let Some(t) = self.primary(&self.context, &keys, ps, &LAX) {
+                (t, 0)
+            } else if let Some(t) = self.primary(&self.dynamic, &keys, ps, &STRICT) {
+                (t, 1)
+            } else {
+                match ps {
+                    Some(p)
+                        if p.sum >= 2 && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum =>
+                    {
+                        (p.followers[p.best as usize].0, 2)
+                    }
+                    _ => break,
+                }
+            };
+            self.tokens_from[source] += 1;
+            draft.push(token);
+            tail.copy_within(1.., 0);
+            tail[3] = token;
+            seq_len += 1;
+        }
+    }
+
+    fn accept(&mut self, _n_accepted: usize) {}
+
+    /// The three caches (the static and dynamic ones as loaded) and buffers.
+    fn heap_bytes(&self) -> usize {
+        self.context.heap_bytes()
+            + self.dynamic.heap_bytes()
+            + self.statics.heap_bytes()
+            + self.segment.capacity() * 4
+            + self.live.as_ref().map_or(0, |f| f.capacity() * 4)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_go_to_the_newest_follower() {
+        let mut part = Part::default();
+        part.add(5, 1);
+        part.add(7, 1);
+        assert_eq!(part.followers[winner(&part, None)].0, 7);
+        part.add(5, 1);
+        assert_eq!(part.followers[winner(&part, None)].0, 5);
+        part.add(7, 1);
+        assert_eq!(part.followers[winner(&part, None)].0, 7);
+    }
+
+    #[test]
+    fn static_weights_decide_and_match_a_scan() {
+        // Large parts take the indexed path; compare it with a plain scan.
+        let mut part = Part::default();
+        for t in 0..40u32 {
+            part.add(t, 1 + (t % 7) as i32);
+        }
+        for weighted in [
+            vec![(3u32, 1i32)],
+            vec![(6, 1), (13, 1)],
+            vec![(99, 4)],
+            vec![(20, 1), (27, 2)],
+        ] {
+            let mut ps = Part::default();
+            for (t, c) in weighted {
+                ps.add(t, c);
+            }
+            let scan = part
+                .followers
+                .iter()
+                .enumerate()
+                .map(|(i, &(t, c))| {
+                    (
+                        c as i64 * ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64),
+                        i,
+                    )
+                })
+                .max()
+                .unwrap()
+                .1;
+            assert_eq!(winner(&part, Some(&ps)), scan);
+        }
+    }
+
+    #[test]
+    fn bad_files_are_typed_errors() {
+        let mut good = Vec::new();
+        for w in [1i32, 2, -1, -1, 1, 9, 3] {
+            good.extend_from_slice(&w.to_le_bytes());
+        }
+        assert_eq!(
+            LookupCache::from_bytes(&good, "f")
+                .unwrap()
+                .followers(&[1, 2])
+                .unwrap(),
+            [(9, 3)]
+        );
+        // A trailing fragment shorter than a key is ignored.
+        let mut tail = good.clone();
+        tail.extend_from_slice(&[1, 2, 3]);
+        assert!(LookupCache::from_bytes(&tail, "f").is_ok());
+        let cases: &[(usize, &[u8], u64)] = &[
+            (16, &0i32.to_le_bytes(), 16), // n = 0
+            (24, &0i32.to_le_bytes(), 24), // count = 0
+            (24, &(-3i32).to_le_bytes(), 24),
+        ];
+        for &(at, bytes, offset) in cases {
+            let mut bad = good.clone();
+            bad[at..at + 4].copy_from_slice(bytes);
+            match LookupCache::from_bytes(&bad, "f") {
+                Err(Error::CacheFile {
+                    offset: o, path, ..
+                }) => {
+                    assert_eq!((o, path), (offset, PathBuf::from("f")));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Truncated: the key and count are there, a follower is cut short.
+        match LookupCache::from_bytes(&good[..good.len() - 2], "f") {
+            Err(Error::CacheFile { offset, reason, .. }) => {
+                assert_eq!(offset, 20);
+                assert!(reason.contains("truncated"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
