@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use selfspec::replay::{replay, Session};
-use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
+use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple};
 use selfspec::{Config, DraftLimits, Drafter, NgramPool, Speculative, Strategy, Token};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
@@ -162,6 +162,11 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
             DraftLimits { min: 48, max: 64 },
         ),
         (
+            "ngram-cache",
+            Box::new(|| Box::new(NgramCache::new()) as Box<dyn Drafter>),
+            dflt,
+        ),
+        (
             "llama-cpp-chain",
             Box::new(|| {
                 Box::new(Chain(Speculative::new(&Config::llama_cpp_chain()).unwrap()))
@@ -209,6 +214,18 @@ fn bench_begin(c: &mut Criterion) {
                     let mut draft = Vec::new();
                     map.begin(prompt);
                     map.draft(prompt, 1, DraftLimits::default(), &mut draft);
+                    black_box(draft)
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        // ngram-cache learns the prompt in the first draft call.
+        group.bench_function(format!("ngram-cache-first-draft/{}k", len >> 10), |b| {
+            b.iter_batched_ref(
+                NgramCache::new,
+                |cache| {
+                    let mut draft = Vec::new();
+                    cache.draft(prompt, 1, DraftLimits::default(), &mut draft);
                     black_box(draft)
                 },
                 BatchSize::LargeInput,

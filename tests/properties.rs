@@ -33,8 +33,24 @@ fn strategy() -> impl proptest::strategy::Strategy<Value = S> {
 }
 
 fn config() -> impl proptest::strategy::Strategy<Value = Config> {
+    config_of(strategy())
+}
+
+/// Every strategy, lookup decoding included (no oracle for it: the golden
+/// traces pin it; the chaos test checks its contract).
+fn any_strategy() -> impl proptest::strategy::Strategy<Value = S> {
+    prop_oneof![
+        4 => strategy(),
+        1 => Just(S::NgramCache { static_cache: None, dynamic_cache: None }),
+        1 => Just(S::NgramCacheLive { static_cache: None, dynamic_cache: None }),
+    ]
+}
+
+fn config_of(
+    strategy: impl proptest::strategy::Strategy<Value = S>,
+) -> impl proptest::strategy::Strategy<Value = Config> {
     (
-        prop::collection::vec(strategy(), 1..5),
+        prop::collection::vec(strategy, 1..5),
         1usize..24,
         0usize..24,
         prop::sample::select(vec![1usize, 2, 7, 64, 4096, 65521]),
@@ -213,7 +229,7 @@ proptest! {
 
     #[test]
     fn chaos_never_breaks_the_contract(
-        config in config(),
+        config in config_of(any_strategy()),
         sequences in prop::collection::vec(prop::collection::vec(op(5), 1..200), 1..4),
     ) {
         let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
@@ -251,6 +267,9 @@ proptest! {
                                 }
                                 S::NgramMod { .. } => {
                                     prop_assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX));
+                                }
+                                S::NgramCache { .. } | S::NgramCacheLive { .. } => {
+                                    prop_assert!(draft.len() <= 8 && draft.iter().all(|t| seen.contains(t)));
                                 }
                                 _ => {}
                             }

@@ -170,6 +170,15 @@ impl LookupCache {
         Some(part.followers.iter().map(|&(t, c)| (t, c as u32)).collect())
     }
 
+    /// Every n-gram (trailing `u32::MAX` slots trimmed, as llama.cpp pads
+    /// keys with -1) with its followers and counts, in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[Token], &[(Token, i32)])> + '_ {
+        self.keys.iter().zip(&self.parts).map(|(key, part)| {
+            let len = key.iter().rposition(|&t| t != UNUSED).map_or(0, |i| i + 1);
+            (&key[..len], &part.followers[..])
+        })
+    }
+
     fn part(&self, key: &Key) -> Option<&Part> {
         self.slots.get(key).map(|&i| &self.parts[i as usize])
     }
@@ -421,8 +430,11 @@ pub struct NgramCache {
     statics: LookupCache,
     /// History tokens (plus `last`) already fed to the context cache.
     cache_size: usize,
-    /// `Some(copy of what was fed)`: the quirk-free mode.
+    /// `Some(copy of history ++ [last] as last seen)`: new prompts are
+    /// learned from where they depart from it (fixes the second quirk).
     live: Option<Vec<Token>>,
+    /// Learn n-grams across the boundaries of what each call adds (fixes the first quirk).
+    across_segments: bool,
     segment: Vec<Token>,
     tokens_from: [u64; 3],
 }
@@ -455,13 +467,23 @@ impl NgramCache {
         ))
     }
 
-    /// Switches to the quirk-free mode: the context cache learns every n-gram
-    /// of the history, across the boundaries of what each call adds, and a new
-    /// prompt is learned from where it departs from the history already seen
-    /// (earlier histories stay in the cache).
-    pub fn live(mut self) -> NgramCache {
-        self.live = Some(Vec::new());
+    /// Fixes the second quirk: a prompt that departs from the history seen so
+    /// far (a new conversation, a shorter prompt) is learned from where it
+    /// departs, instead of being ignored until the history passes the old
+    /// length. N-grams are still learned inside each added segment.
+    pub fn relearn_prompts(mut self) -> NgramCache {
+        self.live.get_or_insert_with(Vec::new);
         self
+    }
+
+    /// Fixes both quirks (the `ngram-cache-live` strategy): the context cache
+    /// learns every n-gram of the history, across the boundaries of what each
+    /// call adds, and learns new prompts from where they depart (earlier
+    /// histories stay in the cache).
+    pub fn live(self) -> NgramCache {
+        let mut cache = self.relearn_prompts();
+        cache.across_segments = true;
+        cache
     }
 
     /// The context cache learned from the history.
@@ -481,39 +503,43 @@ impl NgramCache {
 
     fn learn(&mut self, history: &[Token], last: Token) {
         let len = history.len();
-        let Some(fed) = &mut self.live else {
-            // The reference: n-grams inside the new segment only.
-            if self.cache_size < len + 1 {
-                self.segment.clear();
-                self.segment.extend_from_slice(&history[self.cache_size..]);
-                self.segment.push(last);
-                self.context
-                    .update(&self.segment, NGRAM_SIZES, self.segment.len());
-                self.cache_size = len + 1;
+        if let Some(fed) = &mut self.live {
+            // Keep `fed` equal to history ++ [last], noting where it departs
+            // from what was fed before (a new prompt).
+            let have = fed.len();
+            let tail = have.saturating_sub(32);
+            let at = |j: usize| if j < len { history[j] } else { last };
+            let extends = len + 1 >= have && (tail..have).all(|j| fed[j] == at(j));
+            let common = if extends {
+                have
+            } else {
+                (0..have.min(len + 1))
+                    .find(|&j| fed[j] != at(j))
+                    .unwrap_or(have.min(len + 1))
+            };
+            fed.truncate(common);
+            fed.extend_from_slice(history.get(common..).unwrap_or(&[]));
+            fed.push(last);
+            if self.across_segments {
+                let new = fed.len() - common;
+                if new > 0 {
+                    self.context.update(fed, NGRAM_SIZES, new);
+                }
+                self.cache_size = fed.len();
+                return;
             }
-            return;
-        };
-        // Quirk-free: keep `fed` equal to history ++ [last]; learn the n-grams
-        // ending at every position not learned yet, with their full context.
-        let have = fed.len();
-        let tail = have.saturating_sub(32);
-        let extends = len + 1 >= have
-            && (tail..have).all(|j| fed[j] == if j < len { history[j] } else { last });
-        let common = if extends {
-            have
-        } else {
-            (0..have.min(len + 1))
-                .find(|&j| fed[j] != if j < len { history[j] } else { last })
-                .unwrap_or(have.min(len + 1))
-        };
-        fed.truncate(common);
-        fed.extend_from_slice(history.get(common..).unwrap_or(&[]));
-        fed.push(last);
-        let new = fed.len() - common;
-        if new > 0 {
-            self.context.update(fed, NGRAM_SIZES, new);
+            // Re-learn a new prompt from where it departs.
+            self.cache_size = self.cache_size.min(common);
         }
-        self.cache_size = fed.len();
+        // The reference: n-grams inside the new segment only.
+        if self.cache_size < len + 1 {
+            self.segment.clear();
+            self.segment.extend_from_slice(&history[self.cache_size..]);
+            self.segment.push(last);
+            self.context
+                .update(&self.segment, NGRAM_SIZES, self.segment.len());
+            self.cache_size = len + 1;
+        }
     }
 
     fn primary(
@@ -540,9 +566,10 @@ impl NgramCache {
 
 impl Drafter for NgramCache {
     fn name(&self) -> &str {
-        match self.live {
-            Some(_) => "ngram_cache_live",
-            None => "ngram_cache",
+        match (&self.live, self.across_segments) {
+            (Some(_), true) => "ngram_cache_live",
+            (Some(_), false) => "ngram_cache_relearn",
+            (None, _) => "ngram_cache",
         }
     }
 

@@ -46,13 +46,15 @@ impl Bytes<'_> {
     }
 }
 
-/// A configuration of 1 to 4 strategies with small sizes.
-pub fn config(b: &mut Bytes) -> Config {
+/// A configuration of 1 to 4 strategies with small sizes; `with_cache` adds
+/// ngram-cache (both modes) to the choices.
+pub fn config(b: &mut Bytes, with_cache: bool) -> Config {
     let count = 1 + b.byte() % 4;
+    let kinds = if with_cache { 6 } else { 4 };
     let strategies = (0..count)
         .map(|_| {
             let (kind, n, m) = (
-                b.byte() % 4,
+                b.byte() % kinds,
                 1 + b.byte() as usize % 8,
                 1 + b.byte() as usize % 12,
             );
@@ -64,7 +66,15 @@ pub fn config(b: &mut Bytes) -> Config {
                     m,
                     min_hits: b.byte() as usize % 4,
                 },
-                _ => Strategy::NgramMod { n },
+                3 => Strategy::NgramMod { n },
+                4 => Strategy::NgramCache {
+                    static_cache: None,
+                    dynamic_cache: None,
+                },
+                _ => Strategy::NgramCacheLive {
+                    static_cache: None,
+                    dynamic_cache: None,
+                },
             }
         })
         .collect();
@@ -91,7 +101,7 @@ fn follows_key(history: &[Token], last: Token, n: usize, draft: &[Token]) -> boo
 /// draft breaks the limits or its strategy's provenance rule.
 pub fn chaos(data: &[u8]) {
     let mut b = Bytes(data);
-    let config = config(&mut b);
+    let config = config(&mut b, true);
     let alphabet = 2 + b.byte() % 7;
     let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
     let mut specs = [
@@ -128,6 +138,10 @@ pub fn chaos(data: &[u8]) {
                     Some(Strategy::NgramMod { .. }) => {
                         assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX))
                     }
+                    // Without cache files, lookup decoding drafts what it has seen.
+                    Some(Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. }) => {
+                        assert!(draft.len() <= 8 && draft.iter().all(|t| seen.contains(t)))
+                    }
                     Some(_) => {}
                     None => assert!(draft.is_empty()),
                 }
@@ -160,7 +174,7 @@ pub fn chaos(data: &[u8]) {
 /// the naive oracles written from SPEC.md.
 pub fn differential(data: &[u8]) {
     let mut b = Bytes(data);
-    let config = config(&mut b);
+    let config = config(&mut b, false);
     let alphabet = 2 + b.byte() % 5;
     let mut spec = Speculative::new(&config).unwrap();
     let mut naive = oracle::Chain::new(&config);
@@ -199,7 +213,7 @@ pub fn parse(data: &[u8]) {
         }
     }
     let mut b = Bytes(data);
-    let mut config = config(&mut b);
+    let mut config = config(&mut b, true);
     config.draft_max = b.u32() as usize % 5000;
     config.draft_min = b.u32() as usize % 5000;
     config.pool_size = b.u32() as usize % 100_000;

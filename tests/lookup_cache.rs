@@ -1,0 +1,160 @@
+//! llama.cpp cache files: byte-compatible reading and writing, round trips,
+//! building from a corpus, merging, and typed errors for broken files.
+
+mod common;
+
+use selfspec::strategies::{LookupCache, NgramCache};
+use selfspec::{Config, Error, Speculative, Strategy};
+
+fn golden(name: &str) -> std::path::PathBuf {
+    common::manifest_path(&format!("tests/golden/ngram-cache/{name}"))
+}
+
+#[test]
+fn golden_files_load_save_and_load_again_equal() {
+    for (name, ngrams) in [("static-mix.bin", 8712), ("dynamic-mix.bin", 7742)] {
+        let bytes = std::fs::read(golden(name)).unwrap();
+        let cache = LookupCache::load(golden(name)).unwrap();
+        assert_eq!(
+            cache.len(),
+            ngrams,
+            "{name}: the golden README's n-gram count"
+        );
+        let saved = cache.to_bytes();
+        // Same records, in insertion (= file) order: the very same bytes.
+        assert_eq!(saved.len(), bytes.len(), "{name}");
+        assert_eq!(saved, bytes, "{name}: saved in file order");
+        let dir = std::env::temp_dir().join(format!("selfspec-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        cache.save(&path).unwrap();
+        assert_eq!(LookupCache::load(&path).unwrap(), cache);
+        std::fs::remove_file(&path).ok();
+    }
+}
+
+#[test]
+fn build_save_load_round_trip_and_merge() {
+    let corpus: Vec<u32> = (0..5000u32).map(|i| (i * 7919 % 97) ^ (i % 5)).collect();
+    for (sizes, ngrams_counted) in [(2..=2, corpus.len() - 2), (1..=4, 4 * corpus.len() - 10)] {
+        let cache = LookupCache::from_tokens(&corpus, sizes.clone());
+        // Every n-gram with a follower is counted once.
+        let total: usize = cache
+            .iter()
+            .flat_map(|(_, f)| f.iter().map(|&(_, c)| c as usize))
+            .sum();
+        assert_eq!(total, ngrams_counted, "{sizes:?}");
+        let again = LookupCache::from_bytes(&cache.to_bytes(), "memory").unwrap();
+        assert_eq!(again, cache, "{sizes:?}");
+    }
+    // Merging the caches of two halves gives the whole's counts, except the
+    // two 2-grams whose follower lies just after the cut.
+    let (a, b) = corpus.split_at(2500);
+    let mut merged = LookupCache::from_tokens(a, 2..=2);
+    merged.merge(&LookupCache::from_tokens(b, 2..=2));
+    let whole = LookupCache::from_tokens(&corpus, 2..=2);
+    let count = |c: &LookupCache, key: &[u32], t: u32| {
+        c.followers(key)
+            .and_then(|f| f.iter().find(|&&(x, _)| x == t).map(|&(_, n)| n))
+            .unwrap_or(0)
+    };
+    let mut missing = 0;
+    for i in 2..corpus.len() {
+        let (key, t) = (&corpus[i - 2..i], corpus[i]);
+        let gap = count(&whole, key, t) - count(&merged, key, t);
+        if i == 2500 || i == 2501 {
+            missing += gap;
+        } else if !(corpus[i - 2..i] == corpus[2498..2500] && t == corpus[2500])
+            && !(corpus[i - 2..i] == corpus[2499..2501] && t == corpus[2501])
+        {
+            assert_eq!(gap, 0, "2-gram at {i}");
+        }
+    }
+    assert_eq!(missing, 2);
+}
+
+#[test]
+fn broken_files_are_typed_errors_from_speculative_new() {
+    let dir = std::env::temp_dir().join(format!("selfspec-broken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read(golden("static-mix.bin")).unwrap();
+    let truncated = dir.join("truncated.bin");
+    std::fs::write(&truncated, &good[..good.len() - 3]).unwrap();
+    let missing = dir.join("missing.bin");
+    for (path, want_offset) in [(&truncated, None), (&missing, Some(0))] {
+        let config = Config::new([Strategy::NgramCache {
+            static_cache: Some(path.clone()),
+            dynamic_cache: None,
+        }]);
+        match Speculative::new(&config) {
+            Err(Error::CacheFile {
+                path: p,
+                offset,
+                reason,
+            }) => {
+                assert_eq!(&p, path);
+                if let Some(o) = want_offset {
+                    assert_eq!(offset, o);
+                } else {
+                    assert!(
+                        offset > 0 && reason.contains("truncated"),
+                        "{offset} {reason}"
+                    );
+                }
+                let msg = Error::CacheFile {
+                    path: p,
+                    offset,
+                    reason,
+                }
+                .to_string();
+                assert!(
+                    msg.contains(&path.display().to_string()) && msg.contains("byte"),
+                    "{msg}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn strategy_strings_carry_cache_paths() {
+    let s: Strategy = "ngram-cache:static=a.bin,dynamic=b.bin".parse().unwrap();
+    assert_eq!(
+        s,
+        Strategy::NgramCache {
+            static_cache: Some("a.bin".into()),
+            dynamic_cache: Some("b.bin".into())
+        }
+    );
+    assert_eq!(s.to_string(), "ngram-cache:static=a.bin,dynamic=b.bin");
+    assert_eq!(
+        "ngram-cache-live".parse::<Strategy>().unwrap().to_string(),
+        "ngram-cache-live"
+    );
+    assert!("ngram-cache:n=3".parse::<Strategy>().is_err());
+}
+
+#[test]
+fn the_fixes_learn_new_prompts() {
+    // After a long history, a new shorter prompt: the reference ignores it.
+    let long: Vec<u32> = (0..400).map(|i| 1000 + i % 50).collect();
+    let short: Vec<u32> = [7, 8, 9, 10].repeat(10);
+    let mut drafts = Vec::new();
+    for mut cache in [
+        NgramCache::new(),
+        NgramCache::new().relearn_prompts(),
+        NgramCache::new().live(),
+    ] {
+        use selfspec::{DraftLimits, Drafter};
+        let mut d = Vec::new();
+        cache.draft(&long, 1000, DraftLimits::default(), &mut d);
+        d.clear();
+        cache.draft(&short, 7, DraftLimits::default(), &mut d);
+        drafts.push(d);
+    }
+    assert!(drafts[0].is_empty(), "reference: {:?}", drafts[0]);
+    assert_eq!(drafts[1], [8, 9, 10, 7, 8, 9, 10, 7]);
+    assert_eq!(drafts[2], [8, 9, 10, 7, 8, 9, 10, 7]);
+}
