@@ -64,9 +64,12 @@ fn build_save_load_round_trip_and_merge() {
         let gap = count(&whole, key, t) - count(&merged, key, t);
         if i == 2500 || i == 2501 {
             missing += gap;
-        } else if !(corpus[i - 2..i] == corpus[2498..2500] && t == corpus[2500])
-            && !(corpus[i - 2..i] == corpus[2499..2501] && t == corpus[2501])
-        {
+        } else {
+            // The same (2-gram, follower) pairs as the two at the cut lose one too.
+            let at_cut = |j: usize| corpus[i - 2..i] == corpus[j - 2..j] && t == corpus[j];
+            if at_cut(2500) || at_cut(2501) {
+                continue;
+            }
             assert_eq!(gap, 0, "2-gram at {i}");
         }
     }
