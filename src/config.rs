@@ -93,6 +93,15 @@ pub enum Strategy {
         /// A dynamic cache file.
         dynamic_cache: Option<PathBuf>,
     },
+    /// selfspec's own drafter ([`Recall`](crate::strategies::Recall)): one
+    /// memory of everything seen with contexts of 1 to 32 tokens, a copy
+    /// pointer with locality, and a stop rule calibrated online.
+    Recall {
+        /// Stop where the estimated probability that the whole draft is
+        /// accepted falls below this, in thousandths (1..=999; 100 = 0.1).
+        /// Lower drafts longer and more aggressively.
+        threshold_permille: usize,
+    },
 }
 
 impl Strategy {
@@ -105,6 +114,7 @@ impl Strategy {
             Strategy::NgramMod { .. } => "ngram-mod",
             Strategy::NgramCache { .. } => "ngram-cache",
             Strategy::NgramCacheLive { .. } => "ngram-cache-live",
+            Strategy::Recall { .. } => "recall",
         }
     }
 
@@ -117,6 +127,7 @@ impl Strategy {
             Strategy::NgramMod { .. } => "ngram_mod",
             Strategy::NgramCache { .. } => "ngram_cache",
             Strategy::NgramCacheLive { .. } => "ngram_cache_live",
+            Strategy::Recall { .. } => "recall",
         }
     }
 
@@ -140,6 +151,9 @@ impl Strategy {
                 static_cache: None,
                 dynamic_cache: None,
             },
+            "recall" => Strategy::Recall {
+                threshold_permille: 100,
+            },
             _ => return None,
         })
     }
@@ -161,6 +175,9 @@ impl Strategy {
             Strategy::NgramMod { n } => ngram("n", n),
             // Cache files are checked when the drafter is built.
             Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => Ok(()),
+            Strategy::Recall { threshold_permille } => {
+                range(ctx, "threshold_permille", threshold_permille, 1, 999)
+            }
         }
     }
 
@@ -188,6 +205,9 @@ impl Strategy {
             }
             Strategy::NgramMod { n } => vec![("n", n)],
             Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => vec![],
+            Strategy::Recall { threshold_permille } => {
+                vec![("threshold_permille", threshold_permille)]
+            }
         }
     }
 }
@@ -239,6 +259,9 @@ impl fmt::Display for Strategy {
                     }
                 }
                 Ok(())
+            }
+            Strategy::Recall { threshold_permille } => {
+                write!(f, ":threshold_permille={threshold_permille}")
             }
         }
     }

@@ -33,7 +33,7 @@ pub enum Error {
     #[error("config: `strategies` is empty; configure at least one strategy (e.g. ngram-simple)")]
     EmptyChain,
     /// A strategy name that does not exist.
-    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-cache-live")]
+    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-cache-live, recall")]
     UnknownStrategy {
         /// The name given.
         name: String,

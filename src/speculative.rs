@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::config::{Config, Strategy, MAX_DRAFT};
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::stats::DrafterStats;
-use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple};
+use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
 use crate::Error;
 
 /// Drafts for one sequence: llama.cpp's `common_speculative`.
@@ -100,6 +100,9 @@ impl Speculative {
                     NgramCache::from_files(static_cache.as_deref(), dynamic_cache.as_deref())?
                         .live(),
                 ),
+                Strategy::Recall { threshold_permille } => {
+                    Box::new(Recall::new(threshold_permille as f64 / 1000.0))
+                }
                 Strategy::NgramMod { n } => {
                     let pool = match &pool {
                         Some(pool) => pool.clone(),

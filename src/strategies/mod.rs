@@ -10,8 +10,10 @@ mod ngram_mod;
 mod ngram_simple;
 mod poly;
 mod position_index;
+mod recall;
 
 pub use ngram_cache::{LookupCache, NgramCache, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT};
 pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
 pub use ngram_mod::{NgramMod, NgramPool, EMPTY};
 pub use ngram_simple::NgramSimple;
+pub use recall::{Recall, MAX_STREAM};

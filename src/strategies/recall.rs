@@ -1,0 +1,423 @@
+//! recall: drafts from everything the drafter has seen, with multi-order
+//! context indexes, a copy pointer with locality, and a stop rule calibrated
+//! online from the engine's own verifications.
+
+use super::poly::Poly;
+use crate::drafter::{DraftLimits, Drafter, Token};
+
+/// Context orders indexed, longest last.
+const ORDERS: [usize; 10] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32];
+const K: usize = ORDERS.len();
+const NONE: u32 = u32::MAX;
+const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Occurrences examined at the longest matching order.
+const OCCURRENCES: usize = 8;
+/// Weight of an occurrence in the current session relative to older ones.
+const SESSION_WEIGHT: f64 = 4.0;
+/// The stream is forgotten (cleared) when it reaches this many tokens, which
+/// bounds memory at about 100 bytes per token of it.
+pub const MAX_STREAM: usize = 1 << 22;
+/// How many trailing tokens decide whether a history only grew.
+const TAIL_CHECK: usize = 32;
+const MIN_BITS: u32 = 12;
+
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Calibration cells: longest matching order x vote share x agreement with the copy pointer.
+const SHARE_BUCKETS: usize = 6;
+const CELLS: usize = K * SHARE_BUCKETS * 2;
+
+fn share_bucket(share: f64) -> usize {
+    match share {
+        s if s < 0.35 => 0,
+        s if s < 0.5 => 1,
+        s if s < 0.7 => 2,
+        s if s < 0.85 => 3,
+        s if s < 0.99 => 4,
+        _ => 5,
+    }
+}
+
+/// The recall drafter (`Strategy::Recall`).
+///
+/// One memory of every token the drafter has seen (the new part of each
+/// prompt, then what the target generated), indexed by hashed contexts of 1 to
+/// 32 tokens. Each draft token is the continuation voted by the recent
+/// occurrences of the longest context that occurred before, occurrences in the
+/// current session counting four times, and the copy pointer (the occurrence
+/// the previous token came from) winning ties and extending long matches. Each
+/// token's probability of acceptance is read from a table calibrated online
+/// from the engine's verifications (longest order, vote share, agreement with
+/// the copy pointer); the draft stops where the running product of these
+/// probabilities falls below the threshold. A low threshold drafts long and
+/// aggressively, a high one short and safe.
+///
+/// ```
+/// use selfspec::{DraftLimits, Drafter, strategies::Recall};
+///
+/// let mut recall = Recall::new(0.1);
+/// let text: Vec<u32> = (0..60).map(|i| i % 20).collect();
+/// recall.begin(&text);
+/// let mut draft = Vec::new();
+/// recall.draft(&text, 0, DraftLimits::default(), &mut draft);
+/// assert_eq!(&draft[..4], &[1, 2, 3, 4]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Recall {
+    threshold: f64,
+    polys: [Poly; K],
+    stream: Vec<Token>,
+    /// Per order: for each end position e of a context (the context is
+    /// `stream[e-k..e]`, its continuation `stream[e]`), 32 bits of its hash and
+    /// the previous end position in the same bucket.
+    tags: Vec<Vec<u32>>,
+    prev: Vec<Vec<u32>>,
+    heads: Vec<Vec<u32>>,
+    bits: u32,
+    /// Hash of the context of each order ending at the stream's end.
+    rolling: [u64; K],
+    /// `history ++ [last]` as last seen, to tell a grown history from a new prompt.
+    mirror: Vec<Token>,
+    /// Stream position where the current session's text starts.
+    session_start: usize,
+    /// Accepted / tried per calibration cell.
+    calibration: Vec<(f64, f64)>,
+    /// The cells of the last draft's tokens, and the source positions they
+    /// were copied from.
+    pending: Vec<u16>,
+    sources: Vec<u32>,
+    /// Where the next token is expected in the stream (locality across calls).
+    expect: Option<usize>,
+    scratch: Vec<(Token, f64, u32)>,
+}
+
+impl Recall {
+    /// A drafter that stops where the estimated probability that the whole
+    /// draft is accepted falls below `threshold` (clamped to 0.001..=0.999).
+    pub fn new(threshold: f64) -> Recall {
+        let threshold = if threshold.is_finite() {
+            threshold.clamp(0.001, 0.999)
+        } else {
+            0.1
+        };
+        Recall {
+            threshold,
+            polys: ORDERS.map(|k| Poly::new(FACTOR, k)),
+            stream: Vec::new(),
+            tags: vec![Vec::new(); K],
+            prev: vec![Vec::new(); K],
+            heads: vec![vec![NONE; 1 << MIN_BITS]; K],
+            bits: MIN_BITS,
+            rolling: [0; K],
+            mirror: Vec::new(),
+            session_start: 0,
+            calibration: vec![(0.0, 0.0); CELLS],
+            pending: Vec::new(),
+            sources: Vec::new(),
+            expect: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Tokens remembered.
+    pub fn stream_len(&self) -> usize {
+        self.stream.len()
+    }
+
+    fn bucket(&self, mixed: u64) -> usize {
+        (mixed >> (64 - self.bits)) as usize
+    }
+
+    fn clear(&mut self) {
+        self.stream.clear();
+        for o in 0..K {
+            self.tags[o].clear();
+            self.prev[o].clear();
+            self.heads[o].fill(NONE);
+        }
+        self.session_start = 0;
+        self.expect = None;
+    }
+
+    /// Appends tokens to the stream and indexes the contexts ending after each.
+    fn push(&mut self, tokens: &[Token]) {
+        if self.stream.len() + tokens.len() > MAX_STREAM {
+            self.clear();
+        }
+        for &t in tokens {
+            // The context ending at the current end gets `t` as continuation;
+            // index the contexts that end after `t`.
+            self.stream.push(t);
+            let len = self.stream.len();
+            for (o, &k) in ORDERS.iter().enumerate() {
+                let h = if len < k {
+                    0
+                } else if len == k {
+                    self.polys[o].hash(self.stream[..k].iter().copied())
+                } else {
+                    self.polys[o].roll(self.rolling[o], self.stream[len - k - 1], t)
+                };
+                self.rolling[o] = h;
+                if len < k {
+                    self.tags[o].push(0);
+                    self.prev[o].push(NONE);
+                    continue;
+                }
+                let mixed = mix(h ^ o as u64);
+                let b = self.bucket(mixed);
+                self.tags[o].push(mixed as u32);
+                self.prev[o].push(self.heads[o][b]);
+                self.heads[o][b] = len as u32;
+            }
+            // tags/prev are indexed by end position e, which runs from 1.
+            if len > self.heads[0].len() {
+                self.grow();
+            }
+        }
+    }
+
+    /// Doubles the buckets and re-chains every context.
+    fn grow(&mut self) {
+        self.bits += 1;
+        let size = 1usize << self.bits;
+        for (o, &k) in ORDERS.iter().enumerate() {
+            let heads = &mut self.heads[o];
+            heads.clear();
+            heads.resize(size, NONE);
+            let mut h = 0;
+            for e in 1..=self.stream.len() {
+                if e < k {
+                    continue;
+                }
+                h = if e == k {
+                    self.polys[o].hash(self.stream[..k].iter().copied())
+                } else {
+                    self.polys[o].roll(h, self.stream[e - k - 1], self.stream[e - 1])
+                };
+                let b = (mix(h ^ o as u64) >> (64 - self.bits)) as usize;
+                self.prev[o][e - 1] = heads[b];
+                heads[b] = e as u32;
+            }
+        }
+    }
+
+    /// Brings the stream up to date with `history ++ [last]`.
+    fn ingest(&mut self, history: &[Token], last: Token) {
+        let at = |j: usize| if j < history.len() { history[j] } else { last };
+        let len = history.len() + 1;
+        let have = self.mirror.len();
+        let tail = have.saturating_sub(TAIL_CHECK);
+        let extends = len >= have && (tail..have).all(|j| self.mirror[j] == at(j));
+        let common = if extends {
+            have
+        } else {
+            (0..have.min(len))
+                .find(|&j| self.mirror[j] != at(j))
+                .unwrap_or(have.min(len))
+        };
+        if common < have {
+            // A new prompt: a new block in the stream. Repeat the context
+            // before the divergence so the stream's tail is the history's.
+            let keep = common.saturating_sub(ORDERS[K - 1]);
+            if common < have / 2 || common < 64 {
+                // Mostly new text: a new session.
+                self.session_start = self.stream.len();
+            }
+            self.mirror.truncate(keep);
+            let block: Vec<Token> = (keep..len).map(at).collect();
+            self.mirror.extend_from_slice(&block);
+            self.push(&block);
+        } else if len > have {
+            let start = self.mirror.len();
+            self.mirror.extend((start..len).map(at));
+            let new: Vec<Token> = (start..len).map(at).collect();
+            self.push(&new);
+        }
+    }
+
+    /// Calibrated acceptance probability of a token in `cell` whose raw
+    /// estimate is `prior`.
+    fn probability(&self, cell: usize, prior: f64) -> f64 {
+        let (acc, tried) = self.calibration[cell];
+        // The prior counts as four observations.
+        (acc + 4.0 * prior) / (tried + 4.0)
+    }
+}
+
+impl Drafter for Recall {
+    fn name(&self) -> &str {
+        "recall"
+    }
+
+    fn begin(&mut self, prompt: &[Token]) {
+        // Whether the last draft was accepted is unknown: forget it.
+        self.pending.clear();
+        self.expect = None;
+        if let Some((&last, history)) = prompt.split_last() {
+            self.ingest(history, last);
+        }
+    }
+
+    fn draft(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        limits: DraftLimits,
+        draft: &mut Vec<Token>,
+    ) {
+        // A draft never followed by `accept` had its first token rejected
+        // (the orchestrator does not forward 0).
+        if let Some(&cell) = self.pending.first() {
+            self.calibration[cell as usize].1 += 1.0;
+        }
+        self.pending.clear();
+        self.sources.clear();
+        self.ingest(history, last);
+        let len = self.stream.len();
+        let base = draft.len();
+        let mut hashes = self.rolling;
+        let mut cumulative = 1.0;
+        let mut pointer = self
+            .expect
+            .take()
+            .filter(|&e| e < len && e > 0 && self.stream[e - 1] == last);
+        // The virtual sequence: stream ++ drafted tokens.
+        while draft.len() - base < limits.max {
+            let vlen = len + draft.len() - base;
+            // Longest order whose context occurred before, with its occurrences.
+            let mut found = None;
+            for o in (0..K).rev() {
+                let k = ORDERS[o];
+                if vlen < k + 1 {
+                    continue;
+                }
+                let mixed = mix(hashes[o] ^ o as u64);
+                let tag = mixed as u32;
+                let mut e = self.heads[o][(mixed >> (64 - self.bits)) as usize];
+                let mut seen = 0;
+                self.scratch.clear();
+                while e != NONE && seen < 4 * OCCURRENCES {
+                    let p = e as usize;
+                    seen += 1;
+                    if p < len && self.tags[o][p - 1] == tag {
+                        let w = if p >= self.session_start {
+                            SESSION_WEIGHT
+                        } else {
+                            1.0
+                        };
+                        self.scratch.push((self.stream[p], w, p as u32));
+                        if self.scratch.len() == OCCURRENCES {
+                            break;
+                        }
+                    }
+                    e = self.prev[o][p - 1];
+                }
+                if !self.scratch.is_empty() {
+                    found = Some(o);
+                    break;
+                }
+            }
+            let Some(o) = found else { break };
+            // The copy pointer: its continuation, if it is a current occurrence.
+            let copy = pointer.filter(|&p| p < len).map(|p| (self.stream[p], p));
+            let mut best = (0 as Token, 0.0f64, 0u32);
+            let mut total = 0.0;
+            for i in 0..self.scratch.len() {
+                let (t, _, p) = self.scratch[i];
+                total += self.scratch[i].1;
+                let votes: f64 = self.scratch.iter().filter(|c| c.0 == t).map(|c| c.1).sum();
+                let better = votes > best.1 + 1e-9
+                    || ((votes - best.1).abs() <= 1e-9
+                        && copy.is_some_and(|(ct, _)| ct == t)
+                        && best.0 != t);
+                if better {
+                    best = (t, votes, p);
+                }
+            }
+            let (token, votes, mut source) = best;
+            let agrees = copy.is_some_and(|(ct, _)| ct == token);
+            if let Some((ct, cp)) = copy {
+                if ct == token {
+                    source = cp as u32;
+                }
+            }
+            let share = votes / total;
+            let cell = (o * SHARE_BUCKETS + share_bucket(share)) * 2 + usize::from(agrees);
+            let prior = share * (0.3 + 0.7 * (ORDERS[o] as f64 / 32.0).min(1.0));
+            let p = self.probability(cell, prior);
+            if cumulative * p < self.threshold {
+                break;
+            }
+            cumulative *= p;
+            draft.push(token);
+            self.pending.push(cell as u16);
+            self.sources.push(source);
+            pointer = Some(source as usize + 1);
+            // Roll every order's hash over the drafted token.
+            let vlen = vlen + 1;
+            let stream = &self.stream;
+            let vtok = |j: usize| {
+                if j < len {
+                    stream[j]
+                } else {
+                    draft[base + j - len]
+                }
+            };
+            for (oi, &k) in ORDERS.iter().enumerate() {
+                if vlen > k {
+                    hashes[oi] = self.polys[oi].roll(hashes[oi], vtok(vlen - k - 1), token);
+                } else if vlen == k {
+                    hashes[oi] = self.polys[oi].hash((0..k).map(vtok));
+                }
+            }
+        }
+        if draft.len() - base < limits.min {
+            draft.truncate(base);
+            self.pending.clear();
+            self.sources.clear();
+        }
+    }
+
+    fn accept(&mut self, n_accepted: usize) {
+        // Tokens before the first rejection were accepted; the first rejected
+        // one was tried; later ones are unknown.
+        for (i, &cell) in self.pending.iter().enumerate() {
+            let c = &mut self.calibration[cell as usize];
+            if i < n_accepted {
+                *c = (c.0 + 1.0, c.1 + 1.0);
+            } else {
+                c.1 += 1.0;
+                break;
+            }
+        }
+        // The next token is expected right after the last accepted one's source.
+        self.expect = n_accepted
+            .checked_sub(1)
+            .and_then(|i| self.sources.get(i))
+            .map(|&s| s as usize + 2);
+        self.pending.clear();
+    }
+
+    fn heap_bytes(&self) -> usize {
+        4 * (self.stream.capacity() + self.mirror.capacity())
+            + 4 * self
+                .tags
+                .iter()
+                .chain(&self.prev)
+                .chain(&self.heads)
+                .map(Vec::capacity)
+                .sum::<usize>()
+            + 16 * self.calibration.capacity()
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
