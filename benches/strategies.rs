@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use selfspec::replay::{replay, Session};
-use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple};
+use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{Config, DraftLimits, Drafter, NgramPool, Speculative, Strategy, Token};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
@@ -162,6 +162,11 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
             DraftLimits { min: 48, max: 64 },
         ),
         (
+            "recall",
+            Box::new(|| Box::new(Recall::new(0.13)) as Box<dyn Drafter>),
+            dflt,
+        ),
+        (
             "ngram-cache",
             Box::new(|| Box::new(NgramCache::new()) as Box<dyn Drafter>),
             dflt,
@@ -293,6 +298,7 @@ fn bench_replay(c: &mut Criterion) {
             .with_draft_min(48),
     ));
     configs.push(("llama-cpp-chain".into(), Config::llama_cpp_chain()));
+    configs.push(("recommended".into(), Config::recommended()));
     let mut group = c.benchmark_group("replay");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(4));

@@ -124,6 +124,18 @@ fn configs(o: &Options) -> Vec<(String, Config)> {
         "llama.cpp chain".to_string(),
         limits(Config::llama_cpp_chain()),
     ));
+    list.push((
+        "ngram-cache".to_string(),
+        limits(Config::new(Strategy::from_name("ngram-cache"))),
+    ));
+    list.push((
+        "ngram-cache-live".to_string(),
+        limits(Config::new(Strategy::from_name("ngram-cache-live"))),
+    ));
+    list.push((
+        "recommended (recall 0.13)".to_string(),
+        limits(Config::recommended()),
+    ));
     list
 }
 

@@ -43,6 +43,7 @@ fn any_strategy() -> impl proptest::strategy::Strategy<Value = S> {
         4 => strategy(),
         1 => Just(S::NgramCache { static_cache: None, dynamic_cache: None }),
         1 => Just(S::NgramCacheLive { static_cache: None, dynamic_cache: None }),
+        1 => (1usize..999).prop_map(|threshold_permille| S::Recall { threshold_permille }),
     ]
 }
 
@@ -267,6 +268,9 @@ proptest! {
                                 }
                                 S::NgramMod { .. } => {
                                     prop_assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX));
+                                }
+                                S::Recall { .. } => {
+                                    prop_assert!(draft.iter().all(|t| seen.contains(t)));
                                 }
                                 S::NgramCache { .. } | S::NgramCacheLive { .. } => {
                                     prop_assert!(draft.len() <= 8 && draft.iter().all(|t| seen.contains(t)));

@@ -12,14 +12,33 @@ const NONE: u32 = u32::MAX;
 const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Occurrences examined at the longest matching order.
 const OCCURRENCES: usize = 8;
-/// Weight of an occurrence in the current session relative to older ones.
+/// Weight of an occurrence in the current session relative to older ones
+/// (earlier turns of a chat, the file being edited).
 const SESSION_WEIGHT: f64 = 4.0;
+/// Weight of an occurrence in the current request's own output.
+const REQUEST_WEIGHT: f64 = 4.0;
+/// Vote bonus of the occurrence nearest after the anchor (locality).
+const LOCAL_BONUS: f64 = 32.0;
+/// How far after an anchor locality looks.
+const LOCAL_WINDOW: usize = 256;
+/// A resumed copy needs this many matching context tokens.
+const LOCAL_MIN_MATCH: usize = 2;
+/// With a match this long, the copy pointer drafts without a vote.
+const COPY_MATCH: usize = 24;
+/// Vote weight of the copy pointer per token of match length.
+const POINTER_WEIGHT: f64 = 0.5;
+/// Observations the prior of a calibration cell counts as.
+const PRIOR_WEIGHT: f64 = 4.0;
 /// The stream is forgotten (cleared) when it reaches this many tokens, which
 /// bounds memory at about 100 bytes per token of it.
 pub const MAX_STREAM: usize = 1 << 22;
 /// How many trailing tokens decide whether a history only grew.
 const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 12;
+/// Copy regions remembered for locality.
+const ANCHORS: usize = 4;
+/// Sources closer than this belong to the same region.
+const REGION: usize = 512;
 
 #[inline]
 fn mix(mut x: u64) -> u64 {
@@ -30,9 +49,25 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Calibration cells: longest matching order x vote share x agreement with the copy pointer.
+/// Calibration cells: longest matching order x vote share x the copy
+/// pointer's match length when it agrees with the token (0: it does not).
 const SHARE_BUCKETS: usize = 6;
-const CELLS: usize = K * SHARE_BUCKETS * 2;
+const M_BUCKETS: usize = 6;
+/// How many occurrences voted: 1, 2-3, 4 or more.
+const SUPPORT_BUCKETS: usize = 3;
+const CELLS: usize = K * SHARE_BUCKETS * M_BUCKETS * SUPPORT_BUCKETS;
+/// Longest match length measured backwards from a candidate position.
+const MAX_MATCH: usize = 255;
+
+fn m_bucket(m: usize) -> usize {
+    match m {
+        0..=7 => 1,
+        8..=15 => 2,
+        16..=31 => 3,
+        32..=63 => 4,
+        _ => 5,
+    }
+}
 
 fn share_bucket(share: f64) -> usize {
     match share {
@@ -87,6 +122,8 @@ pub struct Recall {
     mirror: Vec<Token>,
     /// Stream position where the current session's text starts.
     session_start: usize,
+    /// Stream position where the current request's output starts.
+    request_start: usize,
     /// Accepted / tried per calibration cell.
     calibration: Vec<(f64, f64)>,
     /// The cells of the last draft's tokens, and the source positions they
@@ -96,6 +133,13 @@ pub struct Recall {
     /// Where the next token is expected in the stream (locality across calls).
     expect: Option<usize>,
     scratch: Vec<(Token, f64, u32)>,
+    /// The source position of the last accepted token: occurrences just after
+    /// it are preferred (an edit resumes copying where it left off).
+    anchor: Option<usize>,
+    /// Recent distinct copy regions (their latest accepted source positions),
+    /// newest first: after an excursion (an edited line copied from a diff),
+    /// copying resumes near one of them.
+    anchors: [usize; ANCHORS],
 }
 
 impl Recall {
@@ -118,11 +162,14 @@ impl Recall {
             rolling: [0; K],
             mirror: Vec::new(),
             session_start: 0,
+            request_start: 0,
             calibration: vec![(0.0, 0.0); CELLS],
             pending: Vec::new(),
             sources: Vec::new(),
             expect: None,
             scratch: Vec::new(),
+            anchor: None,
+            anchors: [usize::MAX; ANCHORS],
         }
     }
 
@@ -147,11 +194,12 @@ impl Recall {
     }
 
     /// Appends tokens to the stream and indexes the contexts ending after each.
-    fn push(&mut self, tokens: &[Token]) {
-        if self.stream.len() + tokens.len() > MAX_STREAM {
+    fn push_mirror(&mut self, from: usize) {
+        if self.stream.len() + self.mirror.len() - from > MAX_STREAM {
             self.clear();
         }
-        for &t in tokens {
+        for j in from..self.mirror.len() {
+            let t = self.mirror[j];
             // The context ending at the current end gets `t` as continuation;
             // index the contexts that end after `t`.
             self.stream.push(t);
@@ -231,23 +279,93 @@ impl Recall {
                 self.session_start = self.stream.len();
             }
             self.mirror.truncate(keep);
-            let block: Vec<Token> = (keep..len).map(at).collect();
-            self.mirror.extend_from_slice(&block);
-            self.push(&block);
+            self.mirror.extend((keep..len).map(at));
+            self.push_mirror(keep);
         } else if len > have {
-            let start = self.mirror.len();
-            self.mirror.extend((start..len).map(at));
-            let new: Vec<Token> = (start..len).map(at).collect();
-            self.push(&new);
+            self.mirror.extend((have..len).map(at));
+            self.push_mirror(have);
         }
+    }
+
+    /// How many tokens before stream position `p` equal the last tokens of the
+    /// virtual sequence `stream[..len] ++ drafted` (capped).
+    fn match_len(&self, p: usize, vlen: usize, drafted: &[Token]) -> usize {
+        let len = self.stream.len();
+        let vtok = |j: usize| {
+            if j < len {
+                self.stream[j]
+            } else {
+                drafted[j - len]
+            }
+        };
+        let mut m = 0;
+        while m < MAX_MATCH && m < p && m < vlen && p != vlen {
+            if self.stream[p - 1 - m] != vtok(vlen - 1 - m) {
+                break;
+            }
+            m += 1;
+        }
+        m
+    }
+
+    /// After a rejection: the position nearest after the anchor where the
+    /// context matches best (an edit resumes copying near where it left off).
+    fn local(&self, len: usize) -> Option<(usize, usize)> {
+        let last = *self.stream.last()?;
+        let mut best: Option<(usize, usize)> = None;
+        for &anchor in self.anchors.iter().take(ANCHORS) {
+            if anchor >= len {
+                continue;
+            }
+            let end = (anchor + LOCAL_WINDOW).min(len - 1);
+            for p in anchor + 1..=end {
+                if self.stream[p - 1] != last {
+                    continue;
+                }
+                let m = self.match_len(p, len, &[]);
+                if best.map_or(true, |(_, bm)| m > bm) {
+                    best = Some((p, m));
+                }
+            }
+        }
+        best.filter(|&(_, m)| m >= LOCAL_MIN_MATCH)
+    }
+
+    /// Adds up to `occurrences` recent occurrences of the order-`o` context
+    /// with hash `hash` to `scratch` (continuation, weight, position).
+    fn collect(&mut self, o: usize, hash: u64, len: usize) -> usize {
+        let mixed = mix(hash ^ o as u64);
+        let tag = mixed as u32;
+        let mut e = self.heads[o][(mixed >> (64 - self.bits)) as usize];
+        let (mut seen, mut added) = (0, 0);
+        while e != NONE && seen < 4 * OCCURRENCES {
+            let p = e as usize;
+            seen += 1;
+            if p < len && self.tags[o][p - 1] == tag {
+                let w = if p >= self.request_start {
+                    REQUEST_WEIGHT
+                } else if p >= self.session_start {
+                    SESSION_WEIGHT
+                } else {
+                    1.0
+                };
+                self.scratch.push((self.stream[p], w, p as u32));
+                added += 1;
+                if added == OCCURRENCES {
+                    break;
+                }
+            }
+            e = self.prev[o][p - 1];
+        }
+        added
     }
 
     /// Calibrated acceptance probability of a token in `cell` whose raw
     /// estimate is `prior`.
     fn probability(&self, cell: usize, prior: f64) -> f64 {
         let (acc, tried) = self.calibration[cell];
-        // The prior counts as four observations.
-        (acc + 4.0 * prior) / (tried + 4.0)
+        // The prior counts as a few observations.
+        (acc + PRIOR_WEIGHT * prior) / (tried + PRIOR_WEIGHT)
     }
 }
 
@@ -263,6 +381,7 @@ impl Drafter for Recall {
         if let Some((&last, history)) = prompt.split_last() {
             self.ingest(history, last);
         }
+        self.request_start = self.stream.len();
     }
 
     fn draft(
@@ -284,73 +403,98 @@ impl Drafter for Recall {
         let base = draft.len();
         let mut hashes = self.rolling;
         let mut cumulative = 1.0;
+        // The copy pointer: where the continuation is expected, and how many
+        // tokens before it match the context.
         let mut pointer = self
             .expect
             .take()
-            .filter(|&e| e < len && e > 0 && self.stream[e - 1] == last);
-        // The virtual sequence: stream ++ drafted tokens.
+            .filter(|&e| e < len && e > 0 && self.stream[e - 1] == last)
+            .map(|e| (e, self.match_len(e, len, &[])));
+        if pointer.is_none() {
+            pointer = self.local(len);
+        }
         while draft.len() - base < limits.max {
             let vlen = len + draft.len() - base;
             // Longest order whose context occurred before, with its occurrences.
             let mut found = None;
+            self.scratch.clear();
             for o in (0..K).rev() {
-                let k = ORDERS[o];
-                if vlen < k + 1 {
+                if vlen < ORDERS[o] + 1 {
                     continue;
                 }
-                let mixed = mix(hashes[o] ^ o as u64);
-                let tag = mixed as u32;
-                let mut e = self.heads[o][(mixed >> (64 - self.bits)) as usize];
-                let mut seen = 0;
-                self.scratch.clear();
-                while e != NONE && seen < 4 * OCCURRENCES {
-                    let p = e as usize;
-                    seen += 1;
-                    if p < len && self.tags[o][p - 1] == tag {
-                        let w = if p >= self.session_start {
-                            SESSION_WEIGHT
-                        } else {
-                            1.0
-                        };
-                        self.scratch.push((self.stream[p], w, p as u32));
-                        if self.scratch.len() == OCCURRENCES {
-                            break;
-                        }
-                    }
-                    e = self.prev[o][p - 1];
-                }
-                if !self.scratch.is_empty() {
+                if self.collect(o, hashes[o], len) > 0 {
                     found = Some(o);
                     break;
                 }
             }
-            let Some(o) = found else { break };
-            // The copy pointer: its continuation, if it is a current occurrence.
-            let copy = pointer.filter(|&p| p < len).map(|p| (self.stream[p], p));
-            let mut best = (0 as Token, 0.0f64, 0u32);
-            let mut total = 0.0;
-            for i in 0..self.scratch.len() {
-                let (t, _, p) = self.scratch[i];
-                total += self.scratch[i].1;
-                let votes: f64 = self.scratch.iter().filter(|c| c.0 == t).map(|c| c.1).sum();
-                let better = votes > best.1 + 1e-9
-                    || ((votes - best.1).abs() <= 1e-9
-                        && copy.is_some_and(|(ct, _)| ct == t)
-                        && best.0 != t);
-                if better {
-                    best = (t, votes, p);
-                }
+            let copy = pointer
+                .filter(|&(p, _)| p < len)
+                .map(|(p, m)| (self.stream[p], p, m));
+            if found.is_none() && copy.is_none() {
+                break;
             }
-            let (token, votes, mut source) = best;
-            let agrees = copy.is_some_and(|(ct, _)| ct == token);
-            if let Some((ct, cp)) = copy {
-                if ct == token {
-                    source = cp as u32;
+            let o = found.unwrap_or(0);
+            let (token, source, share, ptr_state) = match copy {
+                // A long match: copy on.
+                Some((ct, cp, m)) if m >= COPY_MATCH => (ct, cp, 1.0, m_bucket(m)),
+                _ => {
+                    // Locality: the occurrence nearest after the anchor gets a bonus.
+                    if let (Some(anchor), true) = (self.anchor, LOCAL_BONUS > 0.0) {
+                        let window = LOCAL_WINDOW;
+                        let near = self
+                            .scratch
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, c)| {
+                                (c.2 as usize) > anchor && (c.2 as usize) <= anchor + window
+                            })
+                            .min_by_key(|(_, c)| c.2)
+                            .map(|(i, _)| i);
+                        if let Some(i) = near {
+                            self.scratch[i].1 += LOCAL_BONUS;
+                        }
+                    }
+                    if let Some((ct, cp, m)) = copy {
+                        self.scratch
+                            .push((ct, POINTER_WEIGHT * m as f64, cp as u32));
+                    }
+                    let mut best = (0 as Token, 0.0f64, 0u32);
+                    let mut total = 0.0;
+                    for i in 0..self.scratch.len() {
+                        let (t, _, p) = self.scratch[i];
+                        total += self.scratch[i].1;
+                        let votes: f64 =
+                            self.scratch.iter().filter(|c| c.0 == t).map(|c| c.1).sum();
+                        if votes > best.1 + 1e-9 {
+                            best = (t, votes, p);
+                        }
+                    }
+                    let (token, votes, mut source) = best;
+                    let mut state = 0;
+                    if let Some((ct, cp, m)) = copy {
+                        if ct == token {
+                            source = cp as u32;
+                            state = m_bucket(m);
+                        }
+                    }
+                    let share = if total > 0.0 { votes / total } else { 0.0 };
+                    (token, source as usize, share, state)
                 }
-            }
-            let share = votes / total;
-            let cell = (o * SHARE_BUCKETS + share_bucket(share)) * 2 + usize::from(agrees);
-            let prior = share * (0.3 + 0.7 * (ORDERS[o] as f64 / 32.0).min(1.0));
+            };
+            let support = match self.scratch.len() {
+                0 | 1 => 0,
+                2 | 3 => 1,
+                _ => 2,
+            };
+            let cell = ((o * SHARE_BUCKETS + share_bucket(share)) * M_BUCKETS + ptr_state)
+                * SUPPORT_BUCKETS
+                + support;
+            let reach = if ptr_state > 0 {
+                1.0
+            } else {
+                (ORDERS[o] as f64 / 16.0).min(1.0)
+            };
+            let prior = share * (0.3 + 0.65 * reach);
             let p = self.probability(cell, prior);
             if cumulative * p < self.threshold {
                 break;
@@ -358,8 +502,14 @@ impl Drafter for Recall {
             cumulative *= p;
             draft.push(token);
             self.pending.push(cell as u16);
-            self.sources.push(source);
-            pointer = Some(source as usize + 1);
+            self.sources.push(source as u32);
+            pointer = Some(match copy {
+                Some((ct, cp, m)) if ct == token && cp == source => (cp + 1, m + 1),
+                _ => (
+                    source + 1,
+                    self.match_len(source + 1, vlen + 1, &draft[base..]),
+                ),
+            });
             // Roll every order's hash over the drafted token.
             let vlen = vlen + 1;
             let stream = &self.stream;
@@ -398,10 +548,22 @@ impl Drafter for Recall {
             }
         }
         // The next token is expected right after the last accepted one's source.
-        self.expect = n_accepted
+        let source = n_accepted
             .checked_sub(1)
             .and_then(|i| self.sources.get(i))
-            .map(|&s| s as usize + 2);
+            .map(|&s| s as usize);
+        self.expect = source.map(|s| s + 2);
+        if let Some(s) = source {
+            self.anchor = Some(s);
+            // Move the region's anchor to the front (or evict the oldest).
+            let i = self
+                .anchors
+                .iter()
+                .position(|&a| a != usize::MAX && a.abs_diff(s) < REGION)
+                .unwrap_or(ANCHORS - 1);
+            self.anchors.copy_within(0..i, 1);
+            self.anchors[0] = s;
+        }
         self.pending.clear();
     }
 

@@ -47,10 +47,10 @@ impl Bytes<'_> {
 }
 
 /// A configuration of 1 to 4 strategies with small sizes; `with_cache` adds
-/// ngram-cache (both modes) to the choices.
+/// the strategies the naive oracles do not cover (ngram-cache in both modes, recall).
 pub fn config(b: &mut Bytes, with_cache: bool) -> Config {
     let count = 1 + b.byte() % 4;
-    let kinds = if with_cache { 6 } else { 4 };
+    let kinds = if with_cache { 7 } else { 4 };
     let strategies = (0..count)
         .map(|_| {
             let (kind, n, m) = (
@@ -71,9 +71,12 @@ pub fn config(b: &mut Bytes, with_cache: bool) -> Config {
                     static_cache: None,
                     dynamic_cache: None,
                 },
-                _ => Strategy::NgramCacheLive {
+                5 => Strategy::NgramCacheLive {
                     static_cache: None,
                     dynamic_cache: None,
+                },
+                _ => Strategy::Recall {
+                    threshold_permille: 1 + b.byte() as usize * 3,
                 },
             }
         })
@@ -139,6 +142,9 @@ pub fn chaos(data: &[u8]) {
                         assert!(draft.iter().all(|t| seen.contains(t) && *t != u32::MAX))
                     }
                     // Without cache files, lookup decoding drafts what it has seen.
+                    Some(Strategy::Recall { .. }) => {
+                        assert!(draft.iter().all(|t| seen.contains(t)))
+                    }
                     Some(Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. }) => {
                         assert!(draft.len() <= 8 && draft.iter().all(|t| seen.contains(t)))
                     }
