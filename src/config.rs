@@ -301,6 +301,9 @@ impl FromStr for Strategy {
                         )))
                     }
                 };
+                if value.is_empty() {
+                    return Err(bad(format!("`{key}` needs a file path")));
+                }
                 *slot = Some(PathBuf::from(value));
                 continue;
             }

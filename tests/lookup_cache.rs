@@ -137,6 +137,9 @@ fn strategy_strings_carry_cache_paths() {
         "ngram-cache-live"
     );
     assert!("ngram-cache:n=3".parse::<Strategy>().is_err());
+    // Found by the `parse` fuzz target: an empty path is a parse error.
+    let e = "ngram-cache:static=".parse::<Strategy>().unwrap_err();
+    assert!(e.to_string().contains("needs a file path"), "{e}");
 }
 
 #[test]

@@ -415,21 +415,26 @@ impl Drafter for Recall {
         }
         while draft.len() - base < limits.max {
             let vlen = len + draft.len() - base;
-            // Longest order whose context occurred before, with its occurrences.
-            let mut found = None;
-            self.scratch.clear();
-            for o in (0..K).rev() {
-                if vlen < ORDERS[o] + 1 {
-                    continue;
-                }
-                if self.collect(o, hashes[o], len) > 0 {
-                    found = Some(o);
-                    break;
-                }
-            }
             let copy = pointer
                 .filter(|&(p, _)| p < len)
                 .map(|(p, m)| (self.stream[p], p, m));
+            // Longest order whose context occurred before, with its occurrences
+            // (not needed while a long match is copied).
+            let mut found = None;
+            self.scratch.clear();
+            if copy.map_or(true, |(_, _, m)| m < COPY_MATCH) {
+                for o in (0..K).rev() {
+                    if vlen < ORDERS[o] + 1 {
+                        continue;
+                    }
+                    if self.collect(o, hashes[o], len) > 0 {
+                        found = Some(o);
+                        break;
+                    }
+                }
+            } else {
+                found = Some(K - 1);
+            }
             if found.is_none() && copy.is_none() {
                 break;
             }
