@@ -8,10 +8,13 @@
 //! token is a forward pass saved. Code rewrites, summaries, RAG answers, agent
 //! loops and reasoning models that repeat themselves gain the most.
 //!
-//! The strategies are exact ports of llama.cpp's draftless ones
-//! (`--spec-type ngram-simple | ngram-map-k | ngram-map-k4v | ngram-mod`),
-//! checked draft for draft against traces of llama.cpp's own code, and of its
-//! orchestrator, which chains them and keeps its statistics.
+//! The llama.cpp strategies are exact ports of its draftless ones
+//! (`--spec-type ngram-simple | ngram-map-k | ngram-map-k4v | ngram-mod |
+//! ngram-cache`), checked draft for draft against traces of llama.cpp's own
+//! code, and of its orchestrator, which chains them and keeps its statistics;
+//! they cost the same at any history length. [`Config::recommended()`] uses
+//! selfspec's own drafter, `recall`, which drafts more and better than any of
+//! them (see the README's figures).
 //!
 //! | strategy | wins when | state |
 //! |---|---|---|
@@ -19,6 +22,8 @@
 //! | [`ngram-map-k`](strategies::NgramMap) | the same, adapting the draft length to past acceptance | hash index + key records |
 //! | [`ngram-map-k4v`](strategies::NgramMap) | keys with one dominant continuation; high acceptance | same, 4 values per key |
 //! | [`ngram-mod`](strategies::NgramMod) | text seen in *other* sequences (shared pool) | one pool per engine |
+//! | [`ngram-cache`](strategies::NgramCache) | llama.cpp's lookup decoding, with its cache files | n-gram follower counts |
+//! | [`recall`](strategies::Recall) | selfspec's own: chat and code edits alike (`Config::recommended()`) | everything seen, bounded |
 //!
 //! # Example: an engine loop
 //!

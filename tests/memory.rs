@@ -1,7 +1,7 @@
 //! Memory each strategy holds per sequence, against the documented budgets.
 //! `cargo test --test memory -- --nocapture` prints the figures.
 
-use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
+use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{DraftLimits, Drafter, NgramPool};
 
 /// A text-like stream with repeats, so maps create key records.
@@ -93,6 +93,19 @@ fn per_sequence_memory_stays_within_budget() {
             "ngram-map-k4v {k4v} B at {len}"
         );
         assert_eq!(ngram_mod, 0, "ngram-mod holds nothing per sequence");
+        // recall remembers everything seen: the stream, 10 context indexes
+        // (tag + chain per order) and their buckets, at most 256 bytes a token.
+        let recall = held(&mut Recall::new(0.1), h);
+        let cache = held(&mut NgramCache::new(), h);
+        println!(
+            "history {:>6}: recall {:>9} B ({:.0} B/token), ngram-cache {:>9} B ({:.0} B/token)",
+            len,
+            recall,
+            recall as f64 / len as f64,
+            cache,
+            cache as f64 / len as f64
+        );
+        assert!(recall <= 256 * len + slack, "recall {recall} B at {len}");
     }
     let pool = NgramPool::new(4 << 20).unwrap();
     assert_eq!(pool.size_bytes(), 32 << 20);

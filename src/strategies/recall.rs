@@ -29,9 +29,10 @@ const COPY_MATCH: usize = 24;
 const POINTER_WEIGHT: f64 = 0.5;
 /// Observations the prior of a calibration cell counts as.
 const PRIOR_WEIGHT: f64 = 4.0;
-/// The stream is forgotten (cleared) when it reaches this many tokens, which
-/// bounds memory at about 100 bytes per token of it.
-pub const MAX_STREAM: usize = 1 << 22;
+/// The stream is forgotten (cleared) when it would pass this many tokens, which
+/// bounds the memory of a `Recall` (about 128 bytes per remembered token: at
+/// most about 130 MiB).
+pub const MAX_STREAM: usize = 1 << 20;
 /// How many trailing tokens decide whether a history only grew.
 const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 12;
