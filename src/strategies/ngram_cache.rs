@@ -31,8 +31,29 @@ fn key_of(tokens: &[Token]) -> Key {
 
 type Fast = BuildHasherDefault<ahash::AHasher>;
 
+/// A multiply-rotate hasher for the n-gram keys (16 bytes of ids): a fraction
+/// of a general hasher's cost on the path that learns every history token.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_usize(&mut self, _len: usize) {}
+    fn finish(&self) -> u64 {
+        // Spread the high bits down: the table uses both ends of the hash.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
 /// Parts with more followers than this get a token -> slot index.
-const INDEXED_PART: usize = 8;
+const INDEXED_PART: usize = 16;
 
 /// The followers of one n-gram in insertion order, with their counts, the
 /// running sum and the current winner by count (ties: the newest), kept
@@ -40,8 +61,11 @@ const INDEXED_PART: usize = 8;
 #[derive(Clone, Debug, Default)]
 struct Part {
     followers: SmallVec<[(Token, i32); 2]>,
-    index: Option<HashMap<Token, u32, Fast>>,
-    sum: i64,
+    // Boxed to keep `Part` small: only parts with many followers have an index.
+    #[allow(clippy::box_collection)]
+    index: Option<Box<HashMap<Token, u32, Fast>>>,
+    /// Sum of the counts (saturating: only compared with small thresholds).
+    sum: u32,
     best: u32,
 }
 
@@ -71,15 +95,15 @@ impl Part {
         if let Some(index) = &mut self.index {
             index.insert(token, i as u32);
         } else if self.followers.len() > INDEXED_PART {
-            self.index = Some(
+            self.index = Some(Box::new(
                 self.followers
                     .iter()
                     .enumerate()
                     .map(|(i, &(t, _))| (t, i as u32))
                     .collect(),
-            );
+            ));
         }
-        self.sum += count as i64;
+        self.sum = self.sum.saturating_add(count as u32);
         self.promote(i);
     }
 
@@ -88,7 +112,7 @@ impl Part {
         match self.find(token) {
             Some(i) => {
                 self.followers[i].1 = self.followers[i].1.saturating_add(count);
-                self.sum += count as i64;
+                self.sum = self.sum.saturating_add(count as u32);
                 self.promote(i);
             }
             None => self.push(token, count),
@@ -118,7 +142,7 @@ impl Part {
 /// ```
 #[derive(Clone, Default)]
 pub struct LookupCache {
-    slots: HashMap<Key, u32, Fast>,
+    slots: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
     /// Keys in insertion order (file order when loaded), with their parts.
     keys: Vec<Key>,
     parts: Vec<Part>,
@@ -198,6 +222,11 @@ impl LookupCache {
     /// `tokens` (n-grams never start before `tokens`).
     pub fn update(&mut self, tokens: &[Token], sizes: std::ops::RangeInclusive<usize>, new: usize) {
         let len = tokens.len();
+        // Most n-grams of a long new text are new: grow the tables once.
+        let new = new.min(len);
+        self.slots.reserve(new);
+        self.keys.reserve(new);
+        self.parts.reserve(new);
         for size in sizes.filter(|s| NGRAM_SIZES.contains(s)) {
             for i in len.saturating_sub(new).max(size)..len {
                 self.part_mut(key_of(&tokens[i - size..i]))
@@ -555,7 +584,8 @@ impl NgramCache {
             };
             let w = winner(part, ps);
             let count = part.count(w) as i64;
-            if part.sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * part.sum {
+            let sum = part.sum as i64;
+            if sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * sum {
                 continue;
             }
             return Some(part.followers[w].0);
@@ -617,7 +647,8 @@ impl Drafter for NgramCache {
             } else {
                 match ps {
                     Some(p)
-                        if p.sum >= 2 && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum =>
+                        if p.sum >= 2
+                            && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum as i64 =>
                     {
                         (p.followers[p.best as usize].0, 2)
                     }
