@@ -15,6 +15,17 @@ pub(crate) fn widen(t: Token) -> u64 {
     t as i32 as i64 as u64
 }
 
+/// splitmix64's finalizer: turns a polynomial hash into bits that are
+/// independent at both ends (hash-table buckets from the top, tags from the bottom).
+#[inline]
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// The multiplicative inverse of an odd `f` mod 2^64 (Newton's iteration).
 const fn inverse(f: u64) -> u64 {
     let mut x = f; // correct to 3 bits for odd f

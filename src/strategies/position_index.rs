@@ -7,7 +7,7 @@
 //! part a new prompt shares with the old history (a chat's next turn) and
 //! re-index only the rest.
 
-use super::poly::Poly;
+use super::poly::{mix, Poly};
 use crate::drafter::Token;
 
 const NONE: u32 = u32::MAX;
@@ -16,16 +16,6 @@ const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 /// How many trailing tokens `sync` compares to decide the history only grew.
 const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 10;
-
-#[inline]
-fn mix(mut x: u64) -> u64 {
-    // splitmix64's finalizer: buckets (top bits) and tags (low bits) independent.
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// Positions of the n-grams of a history, chained per hash bucket, newest first.
 #[derive(Clone, Debug)]

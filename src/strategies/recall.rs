@@ -2,7 +2,7 @@
 //! context indexes, a copy pointer with locality, and a stop rule calibrated
 //! online from the engine's own verifications.
 
-use super::poly::Poly;
+use super::poly::{mix, Poly};
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// Context orders indexed, longest last.
@@ -40,15 +40,6 @@ const MIN_BITS: u32 = 12;
 const ANCHORS: usize = 4;
 /// Sources closer than this belong to the same region.
 const REGION: usize = 512;
-
-#[inline]
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// Calibration cells: longest matching order x vote share x the copy
 /// pointer's match length when it agrees with the token (0: it does not).
