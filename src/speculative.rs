@@ -47,15 +47,7 @@ impl Speculative {
     /// `config.pool_size` cells if the chain has ngram-mod.
     pub fn new(config: &Config) -> Result<Speculative, Error> {
         config.validate()?;
-        let pool = match config
-            .strategies
-            .iter()
-            .any(|s| matches!(s, Strategy::NgramMod { .. }))
-        {
-            true => Some(Arc::new(NgramPool::new(config.pool_size)?)),
-            false => None,
-        };
-        Speculative::build(config, pool)
+        Speculative::build(config, None)
     }
 
     /// Like [`new`](Speculative::new), but every ngram-mod strategy uses `pool`,
@@ -77,7 +69,9 @@ impl Speculative {
         Speculative::build(config, Some(pool))
     }
 
-    fn build(config: &Config, pool: Option<Arc<NgramPool>>) -> Result<Speculative, Error> {
+    /// Builds the chain; every ngram-mod strategy shares `pool`, made on first
+    /// need when none is given.
+    fn build(config: &Config, mut pool: Option<Arc<NgramPool>>) -> Result<Speculative, Error> {
         let mut drafters: Vec<Box<dyn Drafter>> = Vec::with_capacity(config.strategies.len());
         for strategy in &config.strategies {
             drafters.push(match *strategy {
@@ -104,11 +98,13 @@ impl Speculative {
                     Box::new(Recall::new(threshold_permille as f64 / 1000.0))
                 }
                 Strategy::NgramMod { n } => {
-                    let pool = match &pool {
+                    let shared = match &pool {
                         Some(pool) => pool.clone(),
-                        None => Arc::new(NgramPool::new(config.pool_size)?),
+                        None => pool
+                            .insert(Arc::new(NgramPool::new(config.pool_size)?))
+                            .clone(),
                     };
-                    Box::new(NgramMod::new(n, pool))
+                    Box::new(NgramMod::new(n, shared))
                 }
             });
         }

@@ -256,3 +256,24 @@ fn send_and_sync() {
     sync::<Config>();
     sync::<selfspec::Error>();
 }
+
+#[test]
+fn every_ngram_mod_of_a_chain_shares_one_pool() {
+    use selfspec::strategies::NgramMod;
+    let config =
+        Config::new([Strategy::NgramMod { n: 3 }, Strategy::NgramMod { n: 4 }]).with_pool_size(64);
+    let spec = Speculative::new(&config).unwrap();
+    let pool_of = |i: usize| {
+        spec.drafter(i)
+            .and_then(|d| d.as_any())
+            .and_then(|a| a.downcast_ref::<NgramMod>())
+            .map(|m| m.pool().clone())
+            .unwrap()
+    };
+    assert!(Arc::ptr_eq(&pool_of(0), &pool_of(1)));
+    assert!(Arc::ptr_eq(&pool_of(0), spec.pool().unwrap()));
+    assert!(Speculative::new(&Config::default())
+        .unwrap()
+        .pool()
+        .is_none());
+}
