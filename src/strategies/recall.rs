@@ -22,7 +22,7 @@ const LOCAL_BONUS: f64 = 32.0;
 /// How far after an anchor locality looks.
 const LOCAL_WINDOW: usize = 256;
 /// A resumed copy needs this many matching context tokens.
-const LOCAL_MIN_MATCH: usize = 2;
+const LOCAL_MIN_MATCH: usize = 1;
 /// With a match this long, the copy pointer drafts without a vote.
 const COPY_MATCH: usize = 24;
 /// Vote weight of the copy pointer per token of match length.
