@@ -103,9 +103,9 @@ pub struct Recall {
     stream: Vec<Token>,
     /// Per order: for each end position e of a context (the context is
     /// `stream[e-k..e]`, its continuation `stream[e]`), 32 bits of its hash and
-    /// the previous end position in the same bucket.
-    tags: Vec<Vec<u32>>,
-    prev: Vec<Vec<u32>>,
+    /// the previous end position in the same bucket, side by side: a chain
+    /// walk reads both at once.
+    links: Vec<Vec<(u32, u32)>>,
     heads: Vec<Vec<u32>>,
     bits: u32,
     /// Hash of the context of each order ending at the stream's end.
@@ -147,8 +147,7 @@ impl Recall {
             threshold,
             polys: ORDERS.map(|k| Poly::new(FACTOR, k)),
             stream: Vec::new(),
-            tags: vec![Vec::new(); K],
-            prev: vec![Vec::new(); K],
+            links: vec![Vec::new(); K],
             heads: vec![vec![NONE; 1 << MIN_BITS]; K],
             bits: MIN_BITS,
             rolling: [0; K],
@@ -177,8 +176,7 @@ impl Recall {
     fn clear(&mut self) {
         self.stream.clear();
         for o in 0..K {
-            self.tags[o].clear();
-            self.prev[o].clear();
+            self.links[o].clear();
             self.heads[o].fill(NONE);
         }
         self.session_start = 0;
@@ -206,17 +204,15 @@ impl Recall {
                 };
                 self.rolling[o] = h;
                 if len < k {
-                    self.tags[o].push(0);
-                    self.prev[o].push(NONE);
+                    self.links[o].push((0, NONE));
                     continue;
                 }
                 let mixed = mix(h ^ o as u64);
                 let b = self.bucket(mixed);
-                self.tags[o].push(mixed as u32);
-                self.prev[o].push(self.heads[o][b]);
+                self.links[o].push((mixed as u32, self.heads[o][b]));
                 self.heads[o][b] = len as u32;
             }
-            // tags/prev are indexed by end position e, which runs from 1.
+            // links are indexed by end position e - 1 (e runs from 1).
             if len > self.heads[0].len() {
                 self.grow();
             }
@@ -242,7 +238,7 @@ impl Recall {
                     self.polys[o].roll(h, self.stream[e - k - 1], self.stream[e - 1])
                 };
                 let b = (mix(h ^ o as u64) >> (64 - self.bits)) as usize;
-                self.prev[o][e - 1] = heads[b];
+                self.links[o][e - 1].1 = heads[b];
                 heads[b] = e as u32;
             }
         }
@@ -333,7 +329,8 @@ impl Recall {
         while e != NONE && seen < 4 * OCCURRENCES {
             let p = e as usize;
             seen += 1;
-            if p < len && self.tags[o][p - 1] == tag {
+            let (entry_tag, previous) = self.links[o][p - 1];
+            if p < len && entry_tag == tag {
                 let w = if p >= self.request_start {
                     REQUEST_WEIGHT
                 } else if p >= self.session_start {
@@ -347,7 +344,7 @@ impl Recall {
                     break;
                 }
             }
-            e = self.prev[o][p - 1];
+            e = previous;
         }
         added
     }
@@ -566,13 +563,8 @@ impl Drafter for Recall {
 
     fn heap_bytes(&self) -> usize {
         4 * (self.stream.capacity() + self.mirror.capacity())
-            + 4 * self
-                .tags
-                .iter()
-                .chain(&self.prev)
-                .chain(&self.heads)
-                .map(Vec::capacity)
-                .sum::<usize>()
+            + 8 * self.links.iter().map(Vec::capacity).sum::<usize>()
+            + 4 * self.heads.iter().map(Vec::capacity).sum::<usize>()
             + 16 * self.calibration.capacity()
     }
 
