@@ -27,6 +27,8 @@ const LOCAL_MIN_MATCH: usize = 1;
 const COPY_MATCH: usize = 24;
 /// Vote weight of the copy pointer per token of match length.
 const POINTER_WEIGHT: f64 = 0.5;
+/// How much more an occurrence weighs per extra matching token, relative to the order.
+const LONGER_WEIGHT: f64 = 16.0;
 /// Observations the prior of a calibration cell counts as.
 const PRIOR_WEIGHT: f64 = 4.0;
 /// The stream is forgotten (cleared) when it would pass this many tokens, which
@@ -451,6 +453,19 @@ impl Drafter for Recall {
                     if let Some((ct, cp, m)) = copy {
                         self.scratch
                             .push((ct, POINTER_WEIGHT * m as f64, cp as u32));
+                    }
+                    // Occurrences that share more of the context than the order
+                    // weigh more: the most specific context is the best evidence.
+                    if LONGER_WEIGHT > 0.0 {
+                        let k = ORDERS[o];
+                        for i in 0..self.scratch.len() {
+                            let p = self.scratch[i].2 as usize;
+                            let m = self.match_len(p, vlen, &draft[base..]);
+                            if m > k {
+                                self.scratch[i].1 *=
+                                    1.0 + LONGER_WEIGHT * (m - k) as f64 / k as f64;
+                            }
+                        }
                     }
                     let mut best = (0 as Token, 0.0f64, 0u32);
                     let mut total = 0.0;
