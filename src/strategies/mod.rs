@@ -12,6 +12,16 @@ mod poly;
 mod position_index;
 mod recall;
 
+use crate::drafter::Token;
+
+/// Whether the n-gram of `tokens` at `p` is the key `head ++ [last]`; false
+/// when it would run past the end (a stale position can only fail to match).
+#[inline]
+pub(crate) fn key_at(tokens: &[Token], p: usize, head: &[Token], last: Token) -> bool {
+    let n1 = head.len();
+    tokens.get(p + n1) == Some(&last) && tokens.get(p..p + n1) == Some(head)
+}
+
 pub use ngram_cache::{LookupCache, NgramCache, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT};
 pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
 pub use ngram_mod::{NgramMod, NgramPool, EMPTY};

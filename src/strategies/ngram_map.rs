@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::key_at;
 use super::poly::Poly;
 use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
@@ -185,11 +186,6 @@ impl NgramMap {
         });
         self.key_map_last = cleanup.saturating_sub(1);
         let key_only = self.key_only;
-        let empty = Value {
-            pos: 0,
-            count: 0,
-            ..self.fresh_value()
-        };
         // Walk from last to first as the reference does; `retain_mut` visits in
         // order, but each record's fate depends only on itself, so the result is the same.
         self.records.retain_mut(|rec| {
@@ -206,8 +202,8 @@ impl NgramMap {
                     // The reference clears the freed last slot's position and
                     // count but keeps its `n_accepted` (sic).
                     let last = &mut rec.values[MAX_VALUES - 1];
-                    last.pos = empty.pos;
-                    last.count = empty.count;
+                    last.pos = 0;
+                    last.count = 0;
                 }
             }
             rec.values[0].pos != 0
@@ -287,10 +283,7 @@ impl NgramMap {
         head: &[Token],
         last: Token,
     ) -> Option<usize> {
-        let n = self.n;
-        let matches = |p: usize| {
-            history.get(p + n - 1) == Some(&last) && history.get(p..p + n - 1) == Some(head)
-        };
+        let matches = |p: usize| key_at(history, p, head, last);
         match self.record_of.get(&hash) {
             Some(&i) if matches(self.records[i as usize].pos) => Some(i as usize),
             // A hash collision or a record whose text changed: the reference's search.
@@ -358,9 +351,7 @@ impl Drafter for NgramMap {
         }
 
         let head = &history[len - n + 1..];
-        let matches = |p: usize| {
-            history.get(p + n - 1) == Some(&last) && history.get(p..p + n - 1) == Some(head)
-        };
+        let matches = |p: usize| key_at(history, p, head, last);
         let key_lcg = self
             .lcg
             .hash(head.iter().copied().chain(std::iter::once(last)));

@@ -1,5 +1,6 @@
 //! ngram-simple: copy what followed the most recent earlier occurrence of the key.
 
+use super::key_at;
 use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
 
@@ -68,9 +69,7 @@ impl Drafter for NgramSimple {
         let hash = self.index.key_hash(head, last);
         // The reference scans len-n-1 down to 1: position 0 is never reported.
         let mut found = self.index.latest(hash, head, last, len - n - 1);
-        if found
-            .is_some_and(|pos| history[pos..pos + n - 1] != *head || history[pos + n - 1] != last)
-        {
+        if found.is_some_and(|pos| !key_at(history, pos, head, last)) {
             // The history changed without `begin` where the index did not look:
             // re-index it before trusting an answer.
             self.index.resync(history);

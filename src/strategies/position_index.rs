@@ -212,8 +212,7 @@ impl PositionIndex {
     /// Whether the n-gram at `j` is `head ++ [last]`.
     #[inline]
     pub(crate) fn matches(&self, j: usize, head: &[Token], last: Token) -> bool {
-        let n1 = head.len();
-        self.tokens.get(j + n1) == Some(&last) && self.tokens.get(j..j + n1) == Some(head)
+        super::key_at(&self.tokens, j, head, last)
     }
 
     /// The latest start `j <= max_start` of the key `head ++ [last]` (whose hash is `hash`).

@@ -127,12 +127,11 @@ pub struct Recall {
     /// Where the next token is expected in the stream (locality across calls).
     expect: Option<usize>,
     scratch: Vec<(Token, f64, u32)>,
-    /// The source position of the last accepted token: occurrences just after
-    /// it are preferred (an edit resumes copying where it left off).
-    anchor: Option<usize>,
     /// Recent distinct copy regions (their latest accepted source positions),
-    /// newest first: after an excursion (an edited line copied from a diff),
-    /// copying resumes near one of them.
+    /// newest first (`usize::MAX`: none). Occurrences just after the first
+    /// (the source of the last accepted token) are preferred, and after an
+    /// excursion (an edited line copied from a diff) copying resumes near one
+    /// of them.
     anchors: [usize; ANCHORS],
 }
 
@@ -161,7 +160,6 @@ impl Recall {
             sources: Vec::new(),
             expect: None,
             scratch: Vec::new(),
-            anchor: None,
             anchors: [usize::MAX; ANCHORS],
         }
     }
@@ -303,7 +301,7 @@ impl Recall {
     fn local(&self, len: usize) -> Option<(usize, usize)> {
         let last = *self.stream.last()?;
         let mut best: Option<(usize, usize)> = None;
-        for &anchor in self.anchors.iter().take(ANCHORS) {
+        for &anchor in &self.anchors {
             if anchor >= len {
                 continue;
             }
@@ -435,7 +433,8 @@ impl Drafter for Recall {
                 Some((ct, cp, m)) if m >= COPY_MATCH => (ct, cp, 1.0, m_bucket(m)),
                 _ => {
                     // Locality: the occurrence nearest after the anchor gets a bonus.
-                    if let (Some(anchor), true) = (self.anchor, LOCAL_BONUS > 0.0) {
+                    let anchor = self.anchors[0];
+                    if anchor != usize::MAX {
                         let window = LOCAL_WINDOW;
                         let near = self
                             .scratch
@@ -563,7 +562,6 @@ impl Drafter for Recall {
             .map(|&s| s as usize);
         self.expect = source.map(|s| s + 2);
         if let Some(s) = source {
-            self.anchor = Some(s);
             // Move the region's anchor to the front (or evict the oldest).
             let i = self
                 .anchors
