@@ -1,43 +1,17 @@
 //! Bounded memory under long engine lives, 1M-token histories, and the type
 //! guarantees an engine relies on.
 
+mod common;
+
 use std::sync::Arc;
+
+use common::{drive, Rng};
 
 use selfspec::replay::{replay, ReplayReport, Request, Session, Step};
 use selfspec::strategies::{NgramMap, NgramMod, NgramSimple, KEY_MAP_SIZE};
 use selfspec::{
-    Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy, Token,
+    Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy,
 };
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Tokens from a small alphabet with copies of earlier stretches.
-    fn text(&mut self, len: usize, alphabet: u64) -> Vec<Token> {
-        let mut out: Vec<Token> = Vec::with_capacity(len);
-        while out.len() < len {
-            if out.len() > 20 && self.below(4) == 0 {
-                let n = 4 + self.below(16) as usize;
-                let start = self.below((out.len() - n.min(out.len() - 1)) as u64) as usize;
-                let end = (start + n).min(out.len());
-                out.extend_from_within(start..end);
-            } else {
-                out.push(self.below(alphabet) as Token);
-            }
-        }
-        out.truncate(len);
-        out
-    }
-}
 
 fn all_four() -> Config {
     Config::new([
@@ -51,33 +25,6 @@ fn all_four() -> Config {
         Strategy::NgramMod { n: 4 },
     ])
     .with_pool_size(1 << 16)
-}
-
-/// Drives one drafter through `sessions` (begin, then steps on the output).
-fn drive(d: &mut dyn Drafter, sessions: &[Session]) -> usize {
-    let mut max_history = 0;
-    let mut draft = Vec::new();
-    for r in sessions.iter().flat_map(|s| &s.requests) {
-        let mut history = r.prompt.clone();
-        d.begin(&history);
-        let mut i = 0;
-        while i < r.output.len() {
-            draft.clear();
-            d.draft(&history, r.output[i], DraftLimits::default(), &mut draft);
-            let a = draft
-                .iter()
-                .zip(&r.output[i + 1..])
-                .take_while(|(x, y)| x == y)
-                .count();
-            if a > 0 {
-                d.accept(a);
-            }
-            history.extend_from_slice(&r.output[i..i + a + 1]);
-            i += a + 1;
-        }
-        max_history = max_history.max(history.len());
-    }
-    max_history
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! Memory each strategy holds per sequence, against the documented budgets.
 //! `cargo test --test memory -- --nocapture` prints the figures.
 
+mod common;
+
+use selfspec::replay::{Request, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
-use selfspec::{DraftLimits, Drafter, NgramPool};
+use selfspec::{Drafter, NgramPool};
 
 /// A text-like stream with repeats, so maps create key records.
 fn stream(len: usize) -> Vec<u32> {
@@ -24,30 +27,16 @@ fn stream(len: usize) -> Vec<u32> {
     out
 }
 
-/// Drives `d` over `history` in the engine's pattern and returns its heap bytes.
+/// Drives `d` over `history` in the engine's pattern (the first half as the
+/// prompt, the rest generated) and returns its heap bytes.
 fn held(d: &mut dyn Drafter, history: &[u32]) -> usize {
-    let prompt = history.len() / 2;
-    d.begin(&history[..prompt]);
-    let mut draft = Vec::new();
-    let mut pos = prompt;
-    while pos + 1 < history.len() {
-        draft.clear();
-        d.draft(
-            &history[..pos],
-            history[pos],
-            DraftLimits::default(),
-            &mut draft,
-        );
-        let n = draft
-            .iter()
-            .zip(&history[pos + 1..])
-            .take_while(|(a, b)| a == b)
-            .count();
-        if n > 0 {
-            d.accept(n);
-        }
-        pos += n + 1;
-    }
+    let (prompt, output) = history.split_at(history.len() / 2);
+    let session = Session::new(
+        "memory",
+        "synthetic",
+        vec![Request::new(prompt.to_vec(), output.to_vec())],
+    );
+    common::drive(d, &[session]);
     d.heap_bytes()
 }
 

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use selfspec::replay::Session;
+use selfspec::{DraftLimits, Drafter, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
 pub fn load_workload(path: impl AsRef<Path>) -> Vec<Session> {
@@ -12,4 +13,62 @@ pub fn load_workload(path: impl AsRef<Path>) -> Vec<Session> {
 
 pub fn manifest_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A deterministic xorshift generator for synthetic token streams.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Tokens from a small alphabet with copies of earlier stretches.
+    pub fn text(&mut self, len: usize, alphabet: u64) -> Vec<Token> {
+        let mut out: Vec<Token> = Vec::with_capacity(len);
+        while out.len() < len {
+            if out.len() > 20 && self.below(4) == 0 {
+                let n = 4 + self.below(16) as usize;
+                let start = self.below((out.len() - n.min(out.len() - 1)) as u64) as usize;
+                let end = (start + n).min(out.len());
+                out.extend_from_within(start..end);
+            } else {
+                out.push(self.below(alphabet) as Token);
+            }
+        }
+        out.truncate(len);
+        out
+    }
+}
+
+/// Drives one drafter through `sessions` (begin, then steps on the output).
+pub fn drive(d: &mut dyn Drafter, sessions: &[Session]) -> usize {
+    let mut max_history = 0;
+    let mut draft = Vec::new();
+    for r in sessions.iter().flat_map(|s| &s.requests) {
+        let mut history = r.prompt.clone();
+        d.begin(&history);
+        let mut i = 0;
+        while i < r.output.len() {
+            draft.clear();
+            d.draft(&history, r.output[i], DraftLimits::default(), &mut draft);
+            let a = draft
+                .iter()
+                .zip(&r.output[i + 1..])
+                .take_while(|(x, y)| x == y)
+                .count();
+            if a > 0 {
+                d.accept(a);
+            }
+            history.extend_from_slice(&r.output[i..i + a + 1]);
+            i += a + 1;
+        }
+        max_history = max_history.max(history.len());
+    }
+    max_history
 }
