@@ -251,20 +251,7 @@ pub fn replay_observed(
         .stats()
         .iter()
         .zip(&before)
-        .map(|(after, before)| {
-            let mut delta = DrafterStats::new(after.name.clone());
-            delta.calls_begin = after.calls_begin - before.calls_begin;
-            delta.calls_draft = after.calls_draft - before.calls_draft;
-            delta.calls_accept = after.calls_accept - before.calls_accept;
-            delta.gen_drafts = after.gen_drafts - before.gen_drafts;
-            delta.acc_drafts = after.acc_drafts - before.acc_drafts;
-            delta.gen_tokens = after.gen_tokens - before.gen_tokens;
-            delta.acc_tokens = after.acc_tokens - before.acc_tokens;
-            delta.t_begin = after.t_begin.saturating_sub(before.t_begin);
-            delta.t_draft = after.t_draft.saturating_sub(before.t_draft);
-            delta.t_accept = after.t_accept.saturating_sub(before.t_accept);
-            delta
-        })
+        .map(|(after, before)| after.since(before))
         .collect();
     report.draft_time = report.stats.iter().map(|s| s.t_draft).sum();
     report

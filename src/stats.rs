@@ -73,6 +73,26 @@ impl DrafterStats {
     }
 }
 
+impl DrafterStats {
+    /// The counts and times accumulated since `earlier` (a copy of these
+    /// statistics taken before), e.g. over one replay.
+    pub fn since(&self, earlier: &DrafterStats) -> DrafterStats {
+        DrafterStats {
+            name: self.name.clone(),
+            calls_begin: self.calls_begin.saturating_sub(earlier.calls_begin),
+            calls_draft: self.calls_draft.saturating_sub(earlier.calls_draft),
+            calls_accept: self.calls_accept.saturating_sub(earlier.calls_accept),
+            gen_drafts: self.gen_drafts.saturating_sub(earlier.gen_drafts),
+            acc_drafts: self.acc_drafts.saturating_sub(earlier.acc_drafts),
+            gen_tokens: self.gen_tokens.saturating_sub(earlier.gen_tokens),
+            acc_tokens: self.acc_tokens.saturating_sub(earlier.acc_tokens),
+            t_begin: self.t_begin.saturating_sub(earlier.t_begin),
+            t_draft: self.t_draft.saturating_sub(earlier.t_draft),
+            t_accept: self.t_accept.saturating_sub(earlier.t_accept),
+        }
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
