@@ -164,3 +164,65 @@ fn the_fixes_learn_new_prompts() {
     assert_eq!(drafts[1], [8, 9, 10, 7, 8, 9, 10, 7]);
     assert_eq!(drafts[2], [8, 9, 10, 7, 8, 9, 10, 7]);
 }
+
+/// The naive cache: for each size, each n-gram's followers with their counts,
+/// n-grams and followers in first-seen order, n-gram sizes one after another.
+type NaiveCache = Vec<(Vec<u32>, Vec<(u32, i32)>)>;
+
+fn naive_cache(corpus: &[u32], sizes: std::ops::RangeInclusive<usize>) -> NaiveCache {
+    let mut out: NaiveCache = Vec::new();
+    for size in sizes {
+        for i in size..corpus.len() {
+            let key = &corpus[i - size..i];
+            let at = match out.iter().position(|(k, _)| k == key) {
+                Some(at) => at,
+                None => {
+                    out.push((key.to_vec(), Vec::new()));
+                    out.len() - 1
+                }
+            };
+            let followers = &mut out[at].1;
+            match followers.iter_mut().find(|(t, _)| *t == corpus[i]) {
+                Some((_, c)) => *c += 1,
+                None => followers.push((corpus[i], 1)),
+            }
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+
+    /// Small alphabets give parts past the indexed size; larger ones mostly
+    /// new n-grams. The cache equals the naive one, in the same order, built
+    /// at once or in chunks (as the drafter learns a growing history).
+    #[test]
+    fn caches_equal_naive_counting(
+        alphabet in proptest::sample::select(vec![3u32, 40, 300, 100_000]),
+        len in 0usize..1500,
+        chunk in 1usize..300,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let mut rng = common::Rng(seed | 1);
+        let corpus: Vec<u32> = (0..len).map(|_| rng.below(u64::from(alphabet)) as u32).collect();
+        let cache = LookupCache::from_tokens(&corpus, 1..=4);
+        let naive = naive_cache(&corpus, 1..=4);
+        let got: NaiveCache = cache.iter().map(|(k, f)| (k.to_vec(), f.to_vec())).collect();
+        proptest::prop_assert_eq!(&got, &naive);
+        for (key, followers) in &naive {
+            let want: Vec<(u32, u32)> = followers.iter().map(|&(t, c)| (t, c as u32)).collect();
+            proptest::prop_assert_eq!(cache.followers(key), Some(want));
+        }
+        let mut chunked = LookupCache::new();
+        let mut end = 0;
+        while end < corpus.len() {
+            let next = (end + chunk).min(corpus.len());
+            chunked.update(&corpus[..next], 1..=4, next - end);
+            end = next;
+        }
+        proptest::prop_assert_eq!(&chunked, &cache);
+        let bytes = cache.to_bytes();
+        proptest::prop_assert_eq!(&LookupCache::from_bytes(&bytes, "memory").unwrap(), &cache);
+    }
+}

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 
+use hashbrown::hash_table::{self, HashTable};
 use smallvec::SmallVec;
 
 use crate::drafter::{DraftLimits, Drafter, Token};
@@ -24,63 +25,63 @@ type Key = [Token; 4];
 const UNUSED: Token = u32::MAX;
 
 fn key_of(tokens: &[Token]) -> Key {
-    let mut key = [UNUSED; 4];
-    key[..tokens.len()].copy_from_slice(tokens);
-    key
+    // A match, not a copy of variable length: no memcpy call on the path
+    // that learns every history token.
+    match *tokens {
+        [a] => [a, UNUSED, UNUSED, UNUSED],
+        [a, b] => [a, b, UNUSED, UNUSED],
+        [a, b, c] => [a, b, c, UNUSED],
+        [a, b, c, d, ..] => [a, b, c, d],
+        [] => [UNUSED; 4],
+    }
 }
 
 type Fast = BuildHasherDefault<ahash::AHasher>;
 
-/// A multiply-rotate hasher for the n-gram keys (16 bytes of ids): a fraction
-/// of a general hasher's cost on the path that learns every history token.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl std::hash::Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-    fn write_usize(&mut self, _len: usize) {}
-    fn finish(&self) -> u64 {
-        // Spread the high bits down: the table uses both ends of the hash.
-        self.0 ^ (self.0 >> 29)
-    }
+/// The hash of a key: a folded multiply of its two halves.
+fn hash_of(key: &Key) -> u64 {
+    let lo = u64::from(key[0]) | u64::from(key[1]) << 32;
+    let hi = u64::from(key[2]) | u64::from(key[3]) << 32;
+    let m = u128::from(lo ^ 0x243f_6a88_85a3_08d3) * u128::from(hi ^ 0x1319_8a2e_0370_7344);
+    (m as u64) ^ ((m >> 64) as u64)
 }
 
-/// Parts with more followers than this get a token -> slot index.
+/// The table of `key`: the number of unused slots it ends with, 4 - size
+/// for an n-gram of the context (files may hold any key).
+fn table_of(key: &Key) -> usize {
+    key.iter().rev().take_while(|&&t| t == UNUSED).count()
+}
+
+/// Marks an entry whose only follower is inline.
+const SINGLE: u32 = u32::MAX;
+
+/// One n-gram and its followers: most n-grams of a history have exactly one,
+/// kept inline (32 bytes an entry); the others live in `LookupCache::multi`.
+#[derive(Clone, Copy, Debug)]
+struct Ngram {
+    key: Key,
+    /// The only follower and its count, while `more == SINGLE`.
+    first: (Token, i32),
+    /// Sum of the counts (saturating: only compared with small thresholds).
+    sum: u32,
+    /// `SINGLE`, or the index of the followers in `LookupCache::multi`.
+    more: u32,
+}
+
+/// Parts with more followers than this find a follower through
+/// `LookupCache::index` instead of a scan.
 const INDEXED_PART: usize = 16;
 
-/// The followers of one n-gram in insertion order, with their counts, the
-/// running sum and the current winner by count (ties: the newest), kept
+/// The followers of an n-gram with two or more, in insertion order with
+/// their counts, and the current winner by count (ties: the newest), kept
 /// incrementally so a draft does not rescan the part.
 #[derive(Clone, Debug, Default)]
 struct Part {
     followers: SmallVec<[(Token, i32); 2]>,
-    // Boxed to keep `Part` small: only parts with many followers have an index.
-    #[allow(clippy::box_collection)]
-    index: Option<Box<HashMap<Token, u32, Fast>>>,
-    /// Sum of the counts (saturating: only compared with small thresholds).
-    sum: u32,
     best: u32,
 }
 
 impl Part {
-    fn find(&self, token: Token) -> Option<usize> {
-        match &self.index {
-            Some(index) => index.get(&token).map(|&i| i as usize),
-            None => self.followers.iter().position(|&(t, _)| t == token),
-        }
-    }
-
-    fn count(&self, i: usize) -> i32 {
-        self.followers[i].1
-    }
-
     fn promote(&mut self, i: usize) {
         let best = self.best as usize;
         let c = self.followers[i].1;
@@ -88,35 +89,44 @@ impl Part {
             self.best = i as u32;
         }
     }
+}
 
-    fn push(&mut self, token: Token, count: i32) {
-        let i = self.followers.len();
-        self.followers.push((token, count));
-        if let Some(index) = &mut self.index {
-            index.insert(token, i as u32);
-        } else if self.followers.len() > INDEXED_PART {
-            self.index = Some(Box::new(
-                self.followers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &(t, _))| (t, i as u32))
-                    .collect(),
-            ));
-        }
-        self.sum = self.sum.saturating_add(count as u32);
-        self.promote(i);
+/// The key of `token` among the followers of part `id` in `LookupCache::index`.
+fn follower_key(id: u32, token: Token) -> u64 {
+    u64::from(id) << 32 | u64::from(token)
+}
+
+/// Where `token` is among `followers` (of part `id`, when it has any).
+fn position(
+    index: &HashMap<u64, u32, Fast>,
+    id: u32,
+    followers: &[(Token, i32)],
+    token: Token,
+) -> Option<usize> {
+    if followers.len() > INDEXED_PART {
+        index.get(&follower_key(id, token)).map(|&i| i as usize)
+    } else {
+        followers.iter().position(|&(t, _)| t == token)
+    }
+}
+
+/// A read-only view of one n-gram's followers, inline or not.
+#[derive(Clone, Copy, Debug)]
+struct PartRef<'a> {
+    followers: &'a [(Token, i32)],
+    index: &'a HashMap<u64, u32, Fast>,
+    id: u32,
+    sum: u32,
+    best: u32,
+}
+
+impl PartRef<'_> {
+    fn find(&self, token: Token) -> Option<usize> {
+        position(self.index, self.id, self.followers, token)
     }
 
-    /// Adds `count` to `token`'s count (a new follower enters last).
-    fn add(&mut self, token: Token, count: i32) {
-        match self.find(token) {
-            Some(i) => {
-                self.followers[i].1 = self.followers[i].1.saturating_add(count);
-                self.sum = self.sum.saturating_add(count as u32);
-                self.promote(i);
-            }
-            None => self.push(token, count),
-        }
+    fn count(&self, i: usize) -> i32 {
+        self.followers[i].1
     }
 }
 
@@ -142,10 +152,18 @@ impl Part {
 /// ```
 #[derive(Clone, Default)]
 pub struct LookupCache {
-    slots: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
-    /// Keys in insertion order (file order when loaded), with their parts.
-    keys: Vec<Key>,
-    parts: Vec<Part>,
+    /// Indices into `entries`, one table per n-gram size (`tables[4 - size]`;
+    /// see `table_of`): 4 bytes a bucket, so that probing for a new n-gram
+    /// (most of a long prompt's 3- and 4-grams) reads only control bytes, and
+    /// the 1-grams, met at every position, stay in a small, cache-resident table.
+    tables: [HashTable<u32>; 5],
+    /// N-grams in insertion order (file order when loaded).
+    entries: Vec<Ngram>,
+    multi: Vec<Part>,
+    /// `follower_key(part, token)` -> position among the part's followers,
+    /// for the parts with more than `INDEXED_PART`: one table for all, so
+    /// that a growing part neither allocates nor rehashes a map of its own.
+    index: HashMap<u64, u32, Fast>,
 }
 
 impl std::fmt::Debug for LookupCache {
@@ -160,11 +178,10 @@ impl PartialEq for LookupCache {
     /// Same n-grams with the same followers, counts and follower order.
     fn eq(&self, other: &LookupCache) -> bool {
         self.len() == other.len()
-            && self.keys.iter().zip(&self.parts).all(|(k, p)| {
+            && self.entries.iter().enumerate().all(|(i, e)| {
                 other
-                    .slots
-                    .get(k)
-                    .is_some_and(|&j| other.parts[j as usize].followers == p.followers)
+                    .part(&e.key)
+                    .is_some_and(|p| p.followers == self.view(i).followers)
             })
     }
 }
@@ -177,12 +194,12 @@ impl LookupCache {
 
     /// Distinct n-grams held.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.entries.len()
     }
 
     /// Whether the cache holds no n-gram.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.entries.is_empty()
     }
 
     /// The followers of `ngram` (1 to 4 tokens) with their counts, in insertion order.
@@ -197,24 +214,106 @@ impl LookupCache {
     /// Every n-gram (trailing `u32::MAX` slots trimmed, as llama.cpp pads
     /// keys with -1) with its followers and counts, in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&[Token], &[(Token, i32)])> + '_ {
-        self.keys.iter().zip(&self.parts).map(|(key, part)| {
-            let len = key.iter().rposition(|&t| t != UNUSED).map_or(0, |i| i + 1);
-            (&key[..len], &part.followers[..])
+        self.entries.iter().enumerate().map(|(i, e)| {
+            let len = e
+                .key
+                .iter()
+                .rposition(|&t| t != UNUSED)
+                .map_or(0, |i| i + 1);
+            (&e.key[..len], self.view(i).followers)
         })
     }
 
-    fn part(&self, key: &Key) -> Option<&Part> {
-        self.slots.get(key).map(|&i| &self.parts[i as usize])
+    fn view(&self, i: usize) -> PartRef<'_> {
+        let e = &self.entries[i];
+        if e.more == SINGLE {
+            return PartRef {
+                followers: std::slice::from_ref(&e.first),
+                index: &self.index,
+                id: SINGLE,
+                sum: e.sum,
+                best: 0,
+            };
+        }
+        let part = &self.multi[e.more as usize];
+        PartRef {
+            followers: &part.followers,
+            index: &self.index,
+            id: e.more,
+            sum: e.sum,
+            best: part.best,
+        }
     }
 
-    fn part_mut(&mut self, key: Key) -> &mut Part {
-        let next = self.parts.len() as u32;
-        let i = *self.slots.entry(key).or_insert(next);
-        if i == next {
-            self.keys.push(key);
-            self.parts.push(Part::default());
+    fn part(&self, key: &Key) -> Option<PartRef<'_>> {
+        let entries = &self.entries;
+        let &i =
+            self.tables[table_of(key)].find(hash_of(key), |&i| entries[i as usize].key == *key)?;
+        Some(self.view(i as usize))
+    }
+
+    /// Room for `more` new n-grams of `size` tokens without growing the table.
+    fn reserve(&mut self, size: usize, more: usize) {
+        let entries = &self.entries;
+        self.tables[4 - size].reserve(more, |&i| hash_of(&entries[i as usize].key));
+    }
+
+    /// Adds `count` (positive) to `token`'s count among `key`'s followers (a
+    /// new n-gram or follower enters last).
+    #[inline]
+    fn add(&mut self, key: &Key, hash: u64, token: Token, count: i32) {
+        let entries = &self.entries;
+        let i = match self.tables[table_of(key)].entry(
+            hash,
+            |&i| entries[i as usize].key == *key,
+            |&i| hash_of(&entries[i as usize].key),
+        ) {
+            hash_table::Entry::Occupied(found) => *found.get() as usize,
+            hash_table::Entry::Vacant(slot) => {
+                // Indices are u32: 2^32 n-grams would take over 128 GiB.
+                slot.insert(self.entries.len() as u32);
+                self.entries.push(Ngram {
+                    key: *key,
+                    first: (token, count),
+                    sum: count as u32,
+                    more: SINGLE,
+                });
+                return;
+            }
+        };
+        let e = &mut self.entries[i];
+        e.sum = e.sum.saturating_add(count as u32);
+        if e.more == SINGLE {
+            if e.first.0 == token {
+                e.first.1 = e.first.1.saturating_add(count);
+                return;
+            }
+            let mut followers = SmallVec::new();
+            followers.push(e.first);
+            e.more = self.multi.len() as u32;
+            self.multi.push(Part { followers, best: 0 });
         }
-        &mut self.parts[i as usize]
+        let id = e.more;
+        let part = &mut self.multi[id as usize];
+        let i = match position(&self.index, id, &part.followers, token) {
+            Some(i) => {
+                part.followers[i].1 = part.followers[i].1.saturating_add(count);
+                i
+            }
+            None => {
+                let i = part.followers.len();
+                part.followers.push((token, count));
+                if i == INDEXED_PART {
+                    for (j, &(t, _)) in part.followers.iter().enumerate() {
+                        self.index.insert(follower_key(id, t), j as u32);
+                    }
+                } else if i > INDEXED_PART {
+                    self.index.insert(follower_key(id, token), i as u32);
+                }
+                i
+            }
+        };
+        part.promote(i);
     }
 
     /// llama.cpp's `common_ngram_cache_update`: for each size in `sizes`, counts
@@ -222,16 +321,28 @@ impl LookupCache {
     /// `tokens` (n-grams never start before `tokens`).
     pub fn update(&mut self, tokens: &[Token], sizes: std::ops::RangeInclusive<usize>, new: usize) {
         let len = tokens.len();
-        // Most n-grams of a long new text are new: grow the tables once.
         let new = new.min(len);
-        self.slots.reserve(new);
-        self.keys.reserve(new);
-        self.parts.reserve(new);
-        for size in sizes.filter(|s| NGRAM_SIZES.contains(s)) {
-            for i in len.saturating_sub(new).max(size)..len {
-                self.part_mut(key_of(&tokens[i - size..i]))
-                    .add(tokens[i], 1);
+        let sizes = sizes.filter(|s| NGRAM_SIZES.contains(s));
+        // At most one new n-gram per position and size: grow once.
+        self.entries
+            .reserve(new.saturating_mul(sizes.clone().count()));
+        for size in sizes {
+            // The same for the tables. Not the 1-grams:
+            // they never outnumber the vocabulary, and a table sized for them
+            // alone stays in cache.
+            if size > 1 {
+                self.reserve(size, new);
             }
+            for i in len.saturating_sub(new).max(size)..len {
+                let key = key_of(&tokens[i - size..i]);
+                self.add(&key, hash_of(&key), tokens[i], 1);
+            }
+        }
+        // A repetitive text fills a fraction of what was reserved for it: give
+        // the rest back (in place: the entries do not move).
+        let used = self.entries.len();
+        if self.entries.capacity() - used > used / 4 + 4096 {
+            self.entries.shrink_to(used + used / 8);
         }
     }
 
@@ -239,7 +350,6 @@ impl LookupCache {
     /// `llama-lookup-create` writes (static caches), `1..=4` a dynamic cache.
     pub fn from_tokens(corpus: &[Token], sizes: std::ops::RangeInclusive<usize>) -> LookupCache {
         let mut cache = LookupCache::new();
-        cache.slots.reserve(corpus.len());
         cache.update(corpus, sizes, corpus.len());
         cache
     }
@@ -247,10 +357,10 @@ impl LookupCache {
     /// llama.cpp's `common_ngram_cache_merge`: adds `other`'s counts (new
     /// n-grams and followers enter after the existing ones).
     pub fn merge(&mut self, other: &LookupCache) {
-        for (key, part) in other.keys.iter().zip(&other.parts) {
-            let target = self.part_mut(*key);
-            for &(t, c) in &part.followers {
-                target.add(t, c);
+        for (i, e) in other.entries.iter().enumerate() {
+            let hash = hash_of(&e.key);
+            for &(t, c) in other.view(i).followers {
+                self.add(&e.key, hash, t, c);
             }
         }
     }
@@ -295,8 +405,8 @@ impl LookupCache {
                     ),
                 ));
             }
-            let is_new = !cache.slots.contains_key(&key);
-            let mut part = Part::default();
+            let hash = hash_of(&key);
+            let is_new = cache.part(&key).is_none();
             for _ in 0..n {
                 let (token, count) = (word(at).unwrap_or(0) as u32, word(at + 4).unwrap_or(0));
                 if count <= 0 {
@@ -305,15 +415,10 @@ impl LookupCache {
                         format!("count {count} of token {token}; must be positive"),
                     ));
                 }
-                if is_new && part.find(token).is_none() {
-                    part.push(token, count);
+                if is_new && cache.part(&key).map_or(true, |p| p.find(token).is_none()) {
+                    cache.add(&key, hash, token, count);
                 }
                 at += 8;
-            }
-            if is_new {
-                cache.slots.insert(key, cache.parts.len() as u32);
-                cache.keys.push(key);
-                cache.parts.push(part);
             }
         }
         Ok(cache)
@@ -334,12 +439,12 @@ impl LookupCache {
     /// order, so that loading the bytes gives back an equal cache.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        for (key, part) in self.keys.iter().zip(&self.parts) {
-            for &t in key {
-                out.extend_from_slice(&t.to_le_bytes());
+        for (key, followers) in self.iter() {
+            for j in 0..4 {
+                out.extend_from_slice(&key.get(j).copied().unwrap_or(UNUSED).to_le_bytes());
             }
-            out.extend_from_slice(&(part.followers.len() as i32).to_le_bytes());
-            for &(t, c) in &part.followers {
+            out.extend_from_slice(&(followers.len() as i32).to_le_bytes());
+            for &(t, c) in followers {
                 out.extend_from_slice(&t.to_le_bytes());
                 out.extend_from_slice(&c.to_le_bytes());
             }
@@ -358,19 +463,15 @@ impl LookupCache {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * (16 + 4 + 1)
-            + self.keys.capacity() * 16
-            + self.parts.capacity() * std::mem::size_of::<Part>()
+        self.tables.iter().map(HashTable::capacity).sum::<usize>() * 5
+            + self.entries.capacity() * std::mem::size_of::<Ngram>()
+            + self.multi.capacity() * std::mem::size_of::<Part>()
+            + self.index.capacity() * (16 + 1)
             + self
-                .parts
+                .multi
                 .iter()
-                .map(|p| {
-                    (if p.followers.spilled() {
-                        p.followers.capacity() * 8
-                    } else {
-                        0
-                    }) + p.index.as_ref().map_or(0, |i| i.capacity() * 9)
-                })
+                .filter(|p| p.followers.spilled())
+                .map(|p| p.followers.capacity() * 8)
                 .sum::<usize>()
     }
 }
@@ -393,7 +494,7 @@ const STRICT: Thresholds = Thresholds {
 /// The follower of `part` with the highest `count * weight` (weight `100 *
 /// static count` for followers of the static part `ps`, else 1); ties go to
 /// the newest.
-fn winner(part: &Part, ps: Option<&Part>) -> usize {
+fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
     let Some(ps) = ps.filter(|p| !p.followers.is_empty()) else {
         return part.best as usize;
     };
@@ -419,7 +520,7 @@ fn winner(part: &Part, ps: Option<&Part>) -> usize {
         return scan();
     }
     let mut best = (part.count(top) as i64, top);
-    for &(t, sc) in &ps.followers {
+    for &(t, sc) in ps.followers {
         if let Some(i) = part.find(t) {
             let cand = (part.count(i) as i64 * 100 * sc as i64, i);
             if better(cand, best) {
@@ -575,7 +676,7 @@ impl NgramCache {
         &self,
         cache: &LookupCache,
         keys: &[Option<Key>; 4],
-        ps: Option<&Part>,
+        ps: Option<PartRef<'_>>,
         t: &Thresholds,
     ) -> Option<Token> {
         for s in (1..=4).rev() {
@@ -683,35 +784,47 @@ impl Drafter for NgramCache {
 mod tests {
     use super::*;
 
+    /// A one-key cache with `followers` added in order, and that key.
+    fn cache_of(followers: &[(Token, i32)]) -> (LookupCache, Key) {
+        let key = key_of(&[1, 2]);
+        let mut cache = LookupCache::new();
+        for &(t, c) in followers {
+            cache.add(&key, hash_of(&key), t, c);
+        }
+        (cache, key)
+    }
+
     #[test]
     fn ties_go_to_the_newest_follower() {
-        let mut part = Part::default();
-        part.add(5, 1);
-        part.add(7, 1);
-        assert_eq!(part.followers[winner(&part, None)].0, 7);
-        part.add(5, 1);
-        assert_eq!(part.followers[winner(&part, None)].0, 5);
-        part.add(7, 1);
-        assert_eq!(part.followers[winner(&part, None)].0, 7);
+        let cases: &[(&[(Token, i32)], Token)] = &[
+            (&[(5, 1)], 5),
+            (&[(5, 1), (7, 1)], 7),
+            (&[(5, 1), (7, 1), (5, 1)], 5),
+            (&[(5, 1), (7, 1), (5, 1), (7, 1)], 7),
+            (&[(5, 3), (7, 1), (9, 3)], 9),
+        ];
+        for &(followers, want) in cases {
+            let (cache, key) = cache_of(followers);
+            let part = cache.part(&key).unwrap();
+            assert_eq!(part.followers[winner(part, None)].0, want, "{followers:?}");
+        }
     }
 
     #[test]
     fn static_weights_decide_and_match_a_scan() {
         // Large parts take the indexed path; compare it with a plain scan.
-        let mut part = Part::default();
-        for t in 0..40u32 {
-            part.add(t, 1 + (t % 7) as i32);
-        }
+        let many: Vec<(Token, i32)> = (0..40u32).map(|t| (t, 1 + (t % 7) as i32)).collect();
+        let (cache, key) = cache_of(&many);
+        let part = cache.part(&key).unwrap();
+        assert!(part.followers.len() > INDEXED_PART);
         for weighted in [
             vec![(3u32, 1i32)],
             vec![(6, 1), (13, 1)],
             vec![(99, 4)],
             vec![(20, 1), (27, 2)],
         ] {
-            let mut ps = Part::default();
-            for (t, c) in weighted {
-                ps.add(t, c);
-            }
+            let (statics, skey) = cache_of(&weighted);
+            let ps = statics.part(&skey).unwrap();
             let scan = part
                 .followers
                 .iter()
@@ -725,8 +838,27 @@ mod tests {
                 .max()
                 .unwrap()
                 .1;
-            assert_eq!(winner(&part, Some(&ps)), scan);
+            assert_eq!(winner(part, Some(ps)), scan);
         }
+    }
+
+    #[test]
+    fn table_grows_and_finds_every_key() {
+        // Keys that share their home slot's low bits, past several growths.
+        let mut cache = LookupCache::new();
+        let keys: Vec<Key> = (0..5000u32).map(|i| key_of(&[i % 7, i / 7, 3])).collect();
+        for (n, key) in keys.iter().enumerate() {
+            cache.add(key, hash_of(key), n as Token, 1);
+            cache.add(key, hash_of(key), n as Token + 1, 2);
+        }
+        assert_eq!(cache.len(), keys.len());
+        for (n, key) in keys.iter().enumerate() {
+            let part = cache.part(key).unwrap();
+            assert_eq!(part.followers, [(n as Token, 1), (n as Token + 1, 2)]);
+            assert_eq!(part.sum, 3);
+        }
+        assert!(cache.part(&key_of(&[9, 9, 9, 9])).is_none());
+        assert!(LookupCache::new().part(&key_of(&[1])).is_none());
     }
 
     #[test]
