@@ -94,7 +94,7 @@ pub enum Strategy {
         dynamic_cache: Option<PathBuf>,
     },
     /// selfspec's own drafter ([`Recall`](crate::strategies::Recall)): one
-    /// memory of everything seen with contexts of 1 to 32 tokens, a copy
+    /// memory of everything seen with contexts of 1 to 16 tokens, a copy
     /// pointer with locality, and a stop rule calibrated online.
     Recall {
         /// Stop where the estimated probability that the whole draft is

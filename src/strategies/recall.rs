@@ -6,7 +6,7 @@ use super::poly::{mix, Poly};
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// Context orders indexed, longest last.
-const ORDERS: [usize; 10] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32];
+const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];
 const K: usize = ORDERS.len();
 const NONE: u32 = u32::MAX;
 const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -32,8 +32,8 @@ const LONGER_WEIGHT: f64 = 16.0;
 /// Observations the prior of a calibration cell counts as.
 const PRIOR_WEIGHT: f64 = 4.0;
 /// The stream is forgotten (cleared) when it would pass this many tokens, which
-/// bounds the memory of a `Recall` (about 128 bytes per remembered token: at
-/// most about 130 MiB).
+/// bounds the memory of a `Recall` (about 88 bytes per remembered token: at
+/// most about 90 MiB).
 pub const MAX_STREAM: usize = 1 << 20;
 /// How many trailing tokens decide whether a history only grew.
 const TAIL_CHECK: usize = 32;
@@ -78,7 +78,7 @@ fn share_bucket(share: f64) -> usize {
 ///
 /// One memory of every token the drafter has seen (the new part of each
 /// prompt, then what the target generated), indexed by hashed contexts of 1 to
-/// 32 tokens. Each draft token is the continuation voted by the recent
+/// 16 tokens. Each draft token is the continuation voted by the recent
 /// occurrences of the longest context that occurred before, occurrences in the
 /// current session counting four times, and the copy pointer (the occurrence
 /// the previous token came from) winning ties and extending long matches. Each
@@ -169,8 +169,11 @@ impl Recall {
         self.stream.len()
     }
 
-    fn bucket(&self, mixed: u64) -> usize {
-        (mixed >> (64 - self.bits)) as usize
+    /// The bucket of a context whose tag (the high 32 bits of its mixed
+    /// hash) is `tag`: the tag's top bits, so that growing re-chains from the
+    /// stored tags without hashing again.
+    fn bucket(&self, tag: u32) -> usize {
+        (tag >> (32 - self.bits)) as usize
     }
 
     fn clear(&mut self) {
@@ -188,6 +191,9 @@ impl Recall {
         if self.stream.len() + self.mirror.len() - from > MAX_STREAM {
             self.clear();
         }
+        // Size the buckets for a long block (a prompt) before indexing it
+        // rather than re-chaining along the way.
+        self.grow(self.stream.len() + self.mirror.len() - from);
         for j in from..self.mirror.len() {
             let t = self.mirror[j];
             // The context ending at the current end gets `t` as continuation;
@@ -207,38 +213,36 @@ impl Recall {
                     self.links[o].push((0, NONE));
                     continue;
                 }
-                let mixed = mix(h ^ o as u64);
-                let b = self.bucket(mixed);
-                self.links[o].push((mixed as u32, self.heads[o][b]));
+                let tag = (mix(h ^ o as u64) >> 32) as u32;
+                let b = self.bucket(tag);
+                self.links[o].push((tag, self.heads[o][b]));
                 self.heads[o][b] = len as u32;
             }
             // links are indexed by end position e - 1 (e runs from 1).
-            if len > self.heads[0].len() {
-                self.grow();
+            if len > 2 * self.heads[0].len() {
+                self.grow(len);
             }
         }
     }
 
-    /// Doubles the buckets and re-chains every context.
-    fn grow(&mut self) {
-        self.bits += 1;
+    /// Past two contexts a bucket (tags tell them apart), grows the buckets
+    /// to one per context of `len` tokens and re-chains every context from its
+    /// stored tag. The headroom keeps re-chaining rare.
+    #[inline(never)]
+    fn grow(&mut self, len: usize) {
+        if len <= 2 * self.heads[0].len() {
+            return;
+        }
+        self.bits = len.next_power_of_two().trailing_zeros().min(32);
         let size = 1usize << self.bits;
         for (o, &k) in ORDERS.iter().enumerate() {
             let heads = &mut self.heads[o];
             heads.clear();
             heads.resize(size, NONE);
-            let mut h = 0;
-            for e in 1..=self.stream.len() {
-                if e < k {
-                    continue;
-                }
-                h = if e == k {
-                    self.polys[o].hash(self.stream[..k].iter().copied())
-                } else {
-                    self.polys[o].roll(h, self.stream[e - k - 1], self.stream[e - 1])
-                };
-                let b = (mix(h ^ o as u64) >> (64 - self.bits)) as usize;
-                self.links[o][e - 1].1 = heads[b];
+            let links = &mut self.links[o];
+            for e in k..=links.len() {
+                let b = (links[e - 1].0 >> (32 - self.bits)) as usize;
+                links[e - 1].1 = heads[b];
                 heads[b] = e as u32;
             }
         }
@@ -322,9 +326,8 @@ impl Recall {
     /// Adds up to `occurrences` recent occurrences of the order-`o` context
     /// with hash `hash` to `scratch` (continuation, weight, position).
     fn collect(&mut self, o: usize, hash: u64, len: usize) -> usize {
-        let mixed = mix(hash ^ o as u64);
-        let tag = mixed as u32;
-        let mut e = self.heads[o][(mixed >> (64 - self.bits)) as usize];
+        let tag = (mix(hash ^ o as u64) >> 32) as u32;
+        let mut e = self.heads[o][self.bucket(tag)];
         let (mut seen, mut added) = (0, 0);
         while e != NONE && seen < 4 * OCCURRENCES {
             let p = e as usize;
@@ -402,6 +405,10 @@ impl Drafter for Recall {
         if pointer.is_none() {
             pointer = self.local(len);
         }
+        // The longest order worth probing: a context that matches k tokens
+        // after a drafted token matched k - 1 before it, so the search starts
+        // one order above the last one found.
+        let mut top = K - 1;
         while draft.len() - base < limits.max {
             let vlen = len + draft.len() - base;
             let copy = pointer
@@ -412,12 +419,13 @@ impl Drafter for Recall {
             let mut found = None;
             self.scratch.clear();
             if copy.map_or(true, |(_, _, m)| m < COPY_MATCH) {
-                for o in (0..K).rev() {
+                for o in (0..=top).rev() {
                     if vlen < ORDERS[o] + 1 {
                         continue;
                     }
                     if self.collect(o, hashes[o], len) > 0 {
                         found = Some(o);
+                        top = (o + 1).min(K - 1);
                         break;
                     }
                 }
