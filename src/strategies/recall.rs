@@ -43,6 +43,13 @@ const ANCHORS: usize = 4;
 /// Sources closer than this belong to the same region.
 const REGION: usize = 512;
 
+/// Features of a candidate token (see `Recall::score_candidates`).
+const F: usize = 8;
+/// Distinct candidate tokens scored at a draft position.
+const CANDIDATES: usize = 8;
+/// Step size of the online selector.
+const LEARNING_RATE: f64 = 0.1;
+
 /// Calibration cells: longest matching order x vote share x the copy
 /// pointer's match length when it agrees with the token (0: it does not).
 const SHARE_BUCKETS: usize = 6;
@@ -78,10 +85,13 @@ fn share_bucket(share: f64) -> usize {
 ///
 /// One memory of every token the drafter has seen (the new part of each
 /// prompt, then what the target generated), indexed by hashed contexts of 1 to
-/// 16 tokens. Each draft token is the continuation voted by the recent
-/// occurrences of the longest context that occurred before, occurrences in the
-/// current session counting four times, and the copy pointer (the occurrence
-/// the previous token came from) winning ties and extending long matches. Each
+/// 16 tokens. Each draft token is a continuation of the recent occurrences of
+/// the longest context that occurred before: the votes (occurrences in the
+/// current session count four times, the copy pointer, the occurrence the
+/// previous token came from, extends long matches) and a few features of each
+/// candidate (agreement with the copy pointer, locality, the current request,
+/// recency) enter a linear score whose weights are learned online, by softmax
+/// regression, from the tokens the target chose. Each
 /// token's probability of acceptance is read from a table calibrated online
 /// from the engine's verifications (longest order, vote share, agreement with
 /// the copy pointer); the draft stops where the running product of these
@@ -133,6 +143,20 @@ pub struct Recall {
     /// excursion (an edited line copied from a diff) copying resumes near one
     /// of them.
     anchors: [usize; ANCHORS],
+    /// The candidate selector: a linear score over candidate features,
+    /// learned online (softmax regression) from the tokens the target chose.
+    weights: [f64; F],
+    /// Candidates (token, features) of the positions of the last draft, and
+    /// each position's range in it; a position past the draft is the one
+    /// where it stopped.
+    candidates: Vec<(Token, [f64; F])>,
+    ranges: Vec<(u32, u32)>,
+    chosen: Vec<Token>,
+    /// The position whose true token the next call's `last` reveals, and the
+    /// length `history ++ [last]` must have then.
+    awaiting: Option<(usize, usize)>,
+    /// Match length of each scratch occurrence.
+    scratch_m: Vec<u32>,
 }
 
 impl Recall {
@@ -161,6 +185,40 @@ impl Recall {
             expect: None,
             scratch: Vec::new(),
             anchors: [usize::MAX; ANCHORS],
+            weights: {
+                let mut w = [0.0; F];
+                w[0] = 6.0;
+                w
+            },
+            candidates: Vec::new(),
+            ranges: Vec::new(),
+            chosen: Vec::new(),
+            awaiting: None,
+            scratch_m: Vec::new(),
+        }
+    }
+
+    /// One step of softmax regression on the candidates in `range` towards
+    /// `truth` (nothing when the truth was not a candidate).
+    fn learn(&mut self, range: (u32, u32), truth: Token) {
+        let cands = &self.candidates[range.0 as usize..range.1 as usize];
+        if cands.len() < 2 || !cands.iter().any(|c| c.0 == truth) {
+            return;
+        }
+        let score = |x: &[f64; F]| x.iter().zip(&self.weights).map(|(a, b)| a * b).sum::<f64>();
+        let top = cands.iter().map(|c| score(&c.1)).fold(f64::MIN, f64::max);
+        let z: f64 = cands.iter().map(|c| (score(&c.1) - top).exp()).sum();
+        let mut grad = [0.0; F];
+        for (t, x) in cands {
+            let p = (score(x) - top).exp() / z;
+            let y = if *t == truth { 1.0 } else { 0.0 };
+            for (g, &xj) in grad.iter_mut().zip(x) {
+                *g += (y - p) * xj;
+            }
+        }
+        for (w, g) in self.weights.iter_mut().zip(grad) {
+            // Bounded, so that no run of one-sided evidence saturates a weight.
+            *w = (*w + LEARNING_RATE * g).clamp(-50.0, 50.0);
         }
     }
 
@@ -370,6 +428,7 @@ impl Drafter for Recall {
         // Whether the last draft was accepted is unknown: forget it.
         self.pending.clear();
         self.expect = None;
+        self.awaiting = None;
         if let Some((&last, history)) = prompt.split_last() {
             self.ingest(history, last);
         }
@@ -390,6 +449,15 @@ impl Drafter for Recall {
         }
         self.pending.clear();
         self.sources.clear();
+        // The token the target chose where the last draft was rejected or stopped.
+        if let Some((i, expect)) = self.awaiting.take() {
+            if history.len() + 1 == expect && i < self.ranges.len() {
+                self.learn(self.ranges[i], last);
+            }
+        }
+        self.candidates.clear();
+        self.ranges.clear();
+        self.chosen.clear();
         self.ingest(history, last);
         let len = self.stream.len();
         let base = draft.len();
@@ -438,10 +506,15 @@ impl Drafter for Recall {
             let o = found.unwrap_or(0);
             let (token, source, share, ptr_state) = match copy {
                 // A long match: copy on.
-                Some((ct, cp, m)) if m >= COPY_MATCH => (ct, cp, 1.0, m_bucket(m)),
+                Some((ct, cp, m)) if m >= COPY_MATCH => {
+                    let at = self.candidates.len() as u32;
+                    self.ranges.push((at, at));
+                    (ct, cp, 1.0, m_bucket(m))
+                }
                 _ => {
                     // Locality: the occurrence nearest after the anchor gets a bonus.
                     let anchor = self.anchors[0];
+                    let mut near_token = None;
                     if anchor != usize::MAX {
                         let window = LOCAL_WINDOW;
                         let near = self
@@ -455,6 +528,7 @@ impl Drafter for Recall {
                             .map(|(i, _)| i);
                         if let Some(i) = near {
                             self.scratch[i].1 += LOCAL_BONUS;
+                            near_token = Some(self.scratch[i].0);
                         }
                     }
                     if let Some((ct, cp, m)) = copy {
@@ -463,29 +537,65 @@ impl Drafter for Recall {
                     }
                     // Occurrences that share more of the context than the order
                     // weigh more: the most specific context is the best evidence.
-                    if LONGER_WEIGHT > 0.0 {
-                        let k = ORDERS[o];
-                        for i in 0..self.scratch.len() {
-                            let p = self.scratch[i].2 as usize;
-                            let m = self.match_len(p, vlen, &draft[base..]);
-                            if m > k {
-                                self.scratch[i].1 *=
-                                    1.0 + LONGER_WEIGHT * (m - k) as f64 / k as f64;
+                    let k = ORDERS[o];
+                    self.scratch_m.clear();
+                    for i in 0..self.scratch.len() {
+                        let p = self.scratch[i].2 as usize;
+                        let m = self.match_len(p, vlen, &draft[base..]);
+                        self.scratch_m.push(m as u32);
+                        if m > k {
+                            self.scratch[i].1 *= 1.0 + LONGER_WEIGHT * (m - k) as f64 / k as f64;
+                        }
+                    }
+                    let total: f64 = self.scratch.iter().map(|c| c.1).sum();
+                    // Distinct candidate tokens, each with its features; the
+                    // learned score picks one.
+                    let start = self.candidates.len();
+                    let n = self.scratch.len() as f64;
+                    let mut best = (0 as Token, f64::MIN, 0.0f64, 0u32);
+                    for i in 0..self.scratch.len() {
+                        let t = self.scratch[i].0;
+                        if self.scratch[..i].iter().any(|c| c.0 == t)
+                            || self.candidates.len() - start == CANDIDATES
+                        {
+                            continue;
+                        }
+                        let (mut votes, mut count, mut extra, mut newest) = (0.0, 0.0, 0u32, 0u32);
+                        let mut request = 0.0;
+                        for (c, &m) in self.scratch.iter().zip(&self.scratch_m) {
+                            if c.0 == t {
+                                votes += c.1;
+                                count += 1.0;
+                                extra = extra.max(m.saturating_sub(k as u32));
+                                newest = newest.max(c.2);
+                                if c.2 as usize >= self.request_start {
+                                    request = 1.0;
+                                }
                             }
                         }
-                    }
-                    let mut best = (0 as Token, 0.0f64, 0u32);
-                    let mut total = 0.0;
-                    for i in 0..self.scratch.len() {
-                        let (t, _, p) = self.scratch[i];
-                        total += self.scratch[i].1;
-                        let votes: f64 =
-                            self.scratch.iter().filter(|c| c.0 == t).map(|c| c.1).sum();
-                        if votes > best.1 + 1e-9 {
-                            best = (t, votes, p);
+                        let (agrees, m) = match copy {
+                            Some((ct, _, m)) if ct == t => (1.0, m),
+                            _ => (0.0, 0),
+                        };
+                        let x = [
+                            if total > 0.0 { votes / total } else { 0.0 },
+                            count / n,
+                            agrees,
+                            agrees * (1.0 + m as f64).ln() / 5.0,
+                            (1.0 + extra as f64).ln() / 5.0,
+                            if near_token == Some(t) { 1.0 } else { 0.0 },
+                            request,
+                            1.0 / (1.0 + (1.0 + len.saturating_sub(newest as usize) as f64).ln()),
+                        ];
+                        let score: f64 = x.iter().zip(&self.weights).map(|(a, b)| a * b).sum();
+                        self.candidates.push((t, x));
+                        if score > best.1 + 1e-9 {
+                            best = (t, score, votes, self.scratch[i].2);
                         }
                     }
-                    let (token, votes, mut source) = best;
+                    self.ranges
+                        .push((start as u32, self.candidates.len() as u32));
+                    let (token, _, votes, mut source) = best;
                     let mut state = 0;
                     if let Some((ct, cp, m)) = copy {
                         if ct == token {
@@ -517,6 +627,7 @@ impl Drafter for Recall {
             }
             cumulative *= p;
             draft.push(token);
+            self.chosen.push(token);
             self.pending.push(cell as u16);
             self.sources.push(source as u32);
             pointer = Some(match copy {
@@ -549,6 +660,7 @@ impl Drafter for Recall {
             self.pending.clear();
             self.sources.clear();
         }
+        self.awaiting = Some((0, history.len() + 2));
     }
 
     fn accept(&mut self, n_accepted: usize) {
@@ -563,6 +675,14 @@ impl Drafter for Recall {
                 break;
             }
         }
+        // Accepted tokens were the right choices; the next call's `last` tells
+        // the one after them.
+        for i in 0..n_accepted.min(self.chosen.len()).min(self.ranges.len()) {
+            self.learn(self.ranges[i], self.chosen[i]);
+        }
+        self.awaiting = self
+            .awaiting
+            .map(|(_, expect)| (n_accepted, expect.saturating_add(n_accepted)));
         // The next token is expected right after the last accepted one's source.
         let source = n_accepted
             .checked_sub(1)
@@ -639,6 +759,29 @@ mod tests {
             drafted[250..].iter().all(|&d| !d),
             "no drafts once calibrated"
         );
+    }
+
+    #[test]
+    fn the_selector_learns_which_candidate_the_target_takes() {
+        // Two candidates: the voted one (share 0.8) and one from the current
+        // request (share 0.2). The target keeps taking the second.
+        let mut r = Recall::new(0.1);
+        let voted = [0.8, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5];
+        let request = [0.2, 0.5, 0.0, 0.0, 0.0, 0.0, 1.0, 0.5];
+        r.candidates = vec![(1, voted), (2, request)];
+        let score = |r: &Recall, x: &[f64; F]| -> f64 {
+            x.iter().zip(&r.weights).map(|(a, b)| a * b).sum()
+        };
+        assert!(score(&r, &voted) > score(&r, &request));
+        // A truth that was no candidate teaches nothing.
+        let before = r.weights;
+        r.learn((0, 2), 3);
+        assert_eq!(r.weights, before);
+        for _ in 0..100 {
+            r.learn((0, 2), 2);
+        }
+        assert!(score(&r, &request) > score(&r, &voted), "{:?}", r.weights);
+        assert!(r.weights[6] > 0.0);
     }
 
     #[test]
