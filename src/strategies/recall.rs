@@ -113,11 +113,11 @@ pub struct Recall {
     threshold: f64,
     polys: [Poly; K],
     stream: Vec<Token>,
-    /// Per order: for each end position e of a context (the context is
-    /// `stream[e-k..e]`, its continuation `stream[e]`), 32 bits of its hash and
-    /// the previous end position in the same bucket, side by side: a chain
-    /// walk reads both at once.
-    links: Vec<Vec<(u32, u32)>>,
+    /// For each end position e of a context (the context is `stream[e-k..e]`,
+    /// its continuation `stream[e]`), per order, 32 bits of its hash and the
+    /// previous end position in the same bucket, side by side: a chain walk
+    /// reads both at once, and adding a token writes one 64-byte entry.
+    links: Vec<[(u32, u32); K]>,
     heads: Vec<Vec<u32>>,
     bits: u32,
     /// Hash of the context of each order ending at the stream's end.
@@ -172,7 +172,7 @@ impl Recall {
             threshold,
             polys: ORDERS.map(|k| Poly::new(FACTOR, k)),
             stream: Vec::new(),
-            links: vec![Vec::new(); K],
+            links: Vec::new(),
             heads: vec![vec![NONE; 1 << MIN_BITS]; K],
             bits: MIN_BITS,
             rolling: [0; K],
@@ -236,9 +236,9 @@ impl Recall {
 
     fn clear(&mut self) {
         self.stream.clear();
-        for o in 0..K {
-            self.links[o].clear();
-            self.heads[o].fill(NONE);
+        self.links.clear();
+        for heads in &mut self.heads {
+            heads.fill(NONE);
         }
         self.session_start = 0;
         self.expect = None;
@@ -258,6 +258,7 @@ impl Recall {
             // index the contexts that end after `t`.
             self.stream.push(t);
             let len = self.stream.len();
+            let mut entry = [(0, NONE); K];
             for (o, &k) in ORDERS.iter().enumerate() {
                 let h = if len < k {
                     0
@@ -268,14 +269,14 @@ impl Recall {
                 };
                 self.rolling[o] = h;
                 if len < k {
-                    self.links[o].push((0, NONE));
                     continue;
                 }
                 let tag = (mix(h ^ o as u64) >> 32) as u32;
                 let b = self.bucket(tag);
-                self.links[o].push((tag, self.heads[o][b]));
+                entry[o] = (tag, self.heads[o][b]);
                 self.heads[o][b] = len as u32;
             }
+            self.links.push(entry);
             // links are indexed by end position e - 1 (e runs from 1).
             if len > 2 * self.heads[0].len() {
                 self.grow(len);
@@ -293,15 +294,18 @@ impl Recall {
         }
         self.bits = len.next_power_of_two().trailing_zeros().min(32);
         let size = 1usize << self.bits;
-        for (o, &k) in ORDERS.iter().enumerate() {
-            let heads = &mut self.heads[o];
+        for heads in &mut self.heads {
             heads.clear();
             heads.resize(size, NONE);
-            let links = &mut self.links[o];
-            for e in k..=links.len() {
-                let b = (links[e - 1].0 >> (32 - self.bits)) as usize;
-                links[e - 1].1 = heads[b];
-                heads[b] = e as u32;
+        }
+        let shift = 32 - self.bits;
+        for (e, entry) in (1..).zip(&mut self.links) {
+            for (o, &k) in ORDERS.iter().enumerate() {
+                if e >= k {
+                    let b = (entry[o].0 >> shift) as usize;
+                    entry[o].1 = self.heads[o][b];
+                    self.heads[o][b] = e as u32;
+                }
             }
         }
     }
@@ -390,7 +394,7 @@ impl Recall {
         while e != NONE && seen < 4 * OCCURRENCES {
             let p = e as usize;
             seen += 1;
-            let (entry_tag, previous) = self.links[o][p - 1];
+            let (entry_tag, previous) = self.links[p - 1][o];
             if p < len && entry_tag == tag {
                 let w = if p >= self.request_start {
                     REQUEST_WEIGHT
@@ -704,7 +708,7 @@ impl Drafter for Recall {
 
     fn heap_bytes(&self) -> usize {
         4 * (self.stream.capacity() + self.mirror.capacity())
-            + 8 * self.links.iter().map(Vec::capacity).sum::<usize>()
+            + 8 * K * self.links.capacity()
             + 4 * self.heads.iter().map(Vec::capacity).sum::<usize>()
             + 16 * self.calibration.capacity()
     }
