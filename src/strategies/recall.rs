@@ -2,7 +2,7 @@
 //! context indexes, a copy pointer with locality, and a stop rule calibrated
 //! online from the engine's own verifications.
 
-use super::poly::{mix, Poly};
+use super::poly::Poly;
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// Context orders indexed, longest last.
@@ -79,6 +79,12 @@ fn share_bucket(share: f64) -> usize {
         s if s < 0.99 => 4,
         _ => 5,
     }
+}
+
+/// 32 bits of a context's hash, well spread: the high half of one multiply
+/// (each order has its own buckets, so the order need not enter).
+fn tag_of(hash: u64) -> u32 {
+    (hash.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 32) as u32
 }
 
 /// The recall drafter (`Strategy::Recall`).
@@ -271,7 +277,7 @@ impl Recall {
                 if len < k {
                     continue;
                 }
-                let tag = (mix(h ^ o as u64) >> 32) as u32;
+                let tag = tag_of(h);
                 let b = self.bucket(tag);
                 entry[o] = (tag, self.heads[o][b]);
                 self.heads[o][b] = len as u32;
@@ -388,7 +394,7 @@ impl Recall {
     /// Adds up to `occurrences` recent occurrences of the order-`o` context
     /// with hash `hash` to `scratch` (continuation, weight, position).
     fn collect(&mut self, o: usize, hash: u64, len: usize) -> usize {
-        let tag = (mix(hash ^ o as u64) >> 32) as u32;
+        let tag = tag_of(hash);
         let mut e = self.heads[o][self.bucket(tag)];
         let (mut seen, mut added) = (0, 0);
         while e != NONE && seen < 4 * OCCURRENCES {
