@@ -57,8 +57,9 @@ const M_BUCKETS: usize = 6;
 /// How many occurrences voted: 1, 2-3, 4 or more.
 const SUPPORT_BUCKETS: usize = 3;
 const CELLS: usize = K * SHARE_BUCKETS * M_BUCKETS * SUPPORT_BUCKETS;
-/// Longest match length measured backwards from a candidate position.
-const MAX_MATCH: usize = 255;
+/// Longest match length measured backwards from a candidate position: the
+/// copy pointer takes over from 24, so longer matches only cost comparisons.
+const MAX_MATCH: usize = 64;
 
 fn m_bucket(m: usize) -> usize {
     match m {
