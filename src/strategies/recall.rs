@@ -32,8 +32,8 @@ const LONGER_WEIGHT: f64 = 16.0;
 /// Observations the prior of a calibration cell counts as.
 const PRIOR_WEIGHT: f64 = 4.0;
 /// The stream is forgotten (cleared) when it would pass this many tokens, which
-/// bounds the memory of a `Recall` (about 88 bytes per remembered token: at
-/// most about 90 MiB).
+/// bounds the memory of a `Recall` (about 80 bytes per remembered token: at
+/// most about 80 MiB).
 pub const MAX_STREAM: usize = 1 << 20;
 /// How many trailing tokens decide whether a history only grew.
 const TAIL_CHECK: usize = 32;
