@@ -71,24 +71,61 @@ fn code_edit_stream(len: usize, seed: u64) -> Vec<Token> {
     out
 }
 
+/// How a timed window starts over at the prompt.
+enum Restart {
+    /// `begin(prompt)`: the drafter keeps its state per request.
+    Begin,
+    /// From a copy of the drafter's state primed on the prompt, taken after
+    /// `warmup` untimed windows (which train what it learns online). For
+    /// drafters that remember across requests (ngram-cache's context cache,
+    /// recall's memory of everything seen), re-beginning would time the next
+    /// windows at an ever longer history (recall) or with the window's tokens
+    /// already learned (ngram-cache's high-water mark).
+    Snapshot {
+        warmup: usize,
+        copy: fn(&dyn Drafter) -> Box<dyn Drafter>,
+    },
+}
+
+/// A boxed copy of a drafter of type `D`.
+fn copy_of<D: Drafter + Clone + 'static>(drafter: &dyn Drafter) -> Box<dyn Drafter> {
+    let d = drafter.as_any().and_then(|a| a.downcast_ref::<D>());
+    Box::new(d.expect("the drafter's type").clone())
+}
+
 /// Times `draft` calls the way an engine makes them: from a prompt of `len`
 /// tokens, the history grows by the sampled token plus the accepted draft
 /// tokens; after `window` tokens the drafter starts over (untimed).
 fn steady_state(
     make: &dyn Fn() -> Box<dyn Drafter>,
+    restart: &Restart,
     stream: &[Token],
     len: usize,
     limits: DraftLimits,
     iters: u64,
 ) -> Duration {
     let window = (len / 8).clamp(256, 8192);
+    let prompt = &stream[..len];
     let mut drafter = make();
-    drafter.begin(&stream[..len]);
+    drafter.begin(prompt);
+    let mut snapshot: Option<Box<dyn Drafter>> = None;
     let mut draft = Vec::with_capacity(64);
-    let mut pos = len;
+    let mut windows = 0;
     let mut total = Duration::ZERO;
     let mut done = 0;
     while done < iters {
+        if let Restart::Snapshot { warmup, copy } = restart {
+            if snapshot.is_none() && windows == *warmup {
+                // What the first draft call after `begin` learns (untimed).
+                drafter.draft(&prompt[..len - 1], prompt[len - 1], limits, &mut draft);
+                draft.clear();
+                snapshot = Some(copy(&*drafter));
+            }
+            if let Some(primed) = &snapshot {
+                drafter = copy(&**primed);
+            }
+        }
+        let mut pos = len;
         let t = Instant::now();
         while done < iters && pos + limits.max + 1 < len + window {
             draft.clear();
@@ -103,8 +140,8 @@ fn steady_state(
             done += 1;
         }
         total += t.elapsed();
-        drafter.begin(&stream[..len]);
-        pos = len;
+        windows += 1;
+        drafter.begin(prompt);
     }
     black_box(&draft);
     total
@@ -134,7 +171,7 @@ impl Drafter for Chain {
 /// Builds a fresh drafter for one steady-state run.
 type Make = Box<dyn Fn() -> Box<dyn Drafter>>;
 
-fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
+fn strategies() -> Vec<(&'static str, Make, DraftLimits, Restart)> {
     let dflt = DraftLimits { min: 0, max: 16 };
     let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
     vec![
@@ -142,16 +179,19 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
             "ngram-simple-12-48",
             Box::new(|| Box::new(NgramSimple::new(12, 48)) as Box<dyn Drafter>),
             dflt,
+            Restart::Begin,
         ),
         (
             "ngram-map-k-12-48",
             Box::new(|| Box::new(NgramMap::key_only(12, 48)) as Box<dyn Drafter>),
             dflt,
+            Restart::Begin,
         ),
         (
             "ngram-map-k4v-8-8-2",
             Box::new(|| Box::new(NgramMap::four_values(8, 8, 2)) as Box<dyn Drafter>),
             dflt,
+            Restart::Begin,
         ),
         (
             "ngram-mod-24",
@@ -160,16 +200,25 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
                 Box::new(NgramMod::new(24, pool.clone())) as Box<dyn Drafter>
             }),
             DraftLimits { min: 48, max: 64 },
+            Restart::Begin,
         ),
         (
             "recall",
             Box::new(|| Box::new(Recall::new(0.13)) as Box<dyn Drafter>),
             dflt,
+            Restart::Snapshot {
+                warmup: 1,
+                copy: copy_of::<Recall>,
+            },
         ),
         (
             "ngram-cache",
             Box::new(|| Box::new(NgramCache::new()) as Box<dyn Drafter>),
             dflt,
+            Restart::Snapshot {
+                warmup: 0,
+                copy: copy_of::<NgramCache>,
+            },
         ),
         (
             "llama-cpp-chain",
@@ -178,6 +227,7 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits)> {
                     as Box<dyn Drafter>
             }),
             dflt,
+            Restart::Begin,
         ),
     ]
 }
@@ -188,7 +238,7 @@ fn bench_draft(c: &mut Criterion) {
         ("text", text_stream(longest, 7)),
         ("code", code_edit_stream(longest, 11)),
     ];
-    for (name, make, limits) in strategies() {
+    for (name, make, limits, restart) in strategies() {
         let mut group = c.benchmark_group(format!("draft/{name}"));
         group.warm_up_time(Duration::from_millis(500));
         group.measurement_time(Duration::from_secs(2));
@@ -196,7 +246,9 @@ fn bench_draft(c: &mut Criterion) {
         for (kind, stream) in &streams {
             for len in LENGTHS {
                 group.bench_function(format!("{kind}/{}k", len >> 10), |b| {
-                    b.iter_custom(|iters| steady_state(&*make, stream, len, limits, iters))
+                    b.iter_custom(|iters| {
+                        steady_state(&*make, &restart, stream, len, limits, iters)
+                    })
                 });
             }
         }

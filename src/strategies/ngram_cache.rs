@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use hashbrown::hash_table::{self, HashTable};
 use smallvec::SmallVec;
 
+use super::Roomy;
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::Error;
 
@@ -190,7 +191,7 @@ pub struct LookupCache {
     /// the 1-grams, met at every position, stay in a small, cache-resident table.
     tables: [HashTable<u32>; 5],
     /// N-grams in insertion order (file order when loaded).
-    entries: Vec<Ngram>,
+    entries: Roomy<Ngram>,
     multi: Vec<Part>,
     /// `follower_key(part, token)` -> position among the part's followers,
     /// for the parts with more than `INDEXED_PART`: one table for all, so

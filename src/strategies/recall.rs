@@ -3,6 +3,7 @@
 //! online from the engine's own verifications.
 
 use super::poly::Poly;
+use super::Roomy;
 use crate::drafter::{DraftLimits, Drafter, Token};
 
 /// Context orders indexed, longest last.
@@ -125,18 +126,18 @@ fn tag_of(hash: u64) -> u32 {
 pub struct Recall {
     threshold: f64,
     polys: [Poly; K],
-    stream: Vec<Token>,
+    stream: Roomy<Token>,
     /// For each end position e of a context (the context is `stream[e-k..e]`,
     /// its continuation `stream[e]`), per order, 32 bits of its hash and the
     /// previous end position in the same bucket, side by side: a chain walk
     /// reads both at once, and adding a token writes one 64-byte entry.
-    links: Vec<[(u32, u32); K]>,
+    links: Roomy<[(u32, u32); K]>,
     heads: Vec<Vec<u32>>,
     bits: u32,
     /// Hash of the context of each order ending at the stream's end.
     rolling: [u64; K],
     /// `history ++ [last]` as last seen, to tell a grown history from a new prompt.
-    mirror: Vec<Token>,
+    mirror: Roomy<Token>,
     /// Stream position where the current session's text starts.
     session_start: usize,
     /// Stream position where the current request's output starts.
@@ -184,12 +185,12 @@ impl Recall {
         Recall {
             threshold,
             polys: ORDERS.map(|k| Poly::new(FACTOR, k)),
-            stream: Vec::new(),
-            links: Vec::new(),
+            stream: Roomy::default(),
+            links: Roomy::default(),
             heads: vec![vec![NONE; 1 << MIN_BITS]; K],
             bits: MIN_BITS,
             rolling: [0; K],
-            mirror: Vec::new(),
+            mirror: Roomy::default(),
             session_start: 0,
             request_start: 0,
             calibration: vec![(0.0, 0.0); CELLS],
@@ -326,7 +327,7 @@ impl Recall {
             heads.resize(size, NONE);
         }
         let shift = 32 - self.bits;
-        for (e, entry) in (1..).zip(&mut self.links) {
+        for (e, entry) in (1..).zip(self.links.iter_mut()) {
             for (o, &k) in ORDERS.iter().enumerate() {
                 if e >= k {
                     let b = (entry[o].0 >> shift) as usize;
