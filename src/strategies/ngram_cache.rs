@@ -845,12 +845,17 @@ impl Drafter for NgramCache {
                     keys[s - 1] = Some(key_of(&tail[4 - s..]));
                 }
             }
+            // (Most engines load no cache file: no lookups in empty caches.)
             let ps = keys[NGRAM_STATIC - 1]
                 .as_ref()
+                .filter(|_| !self.statics.is_empty())
                 .and_then(|k| self.statics.part(k));
             let (token, source) = if let Some(t) = self.primary(&self.context, &keys, ps, &LAX) {
                 (t, 0)
-            } else if let Some(t) = self.primary(&self.dynamic, &keys, ps, &STRICT) {
+            } else if let Some(t) = (!self.dynamic.is_empty())
+                .then(|| self.primary(&self.dynamic, &keys, ps, &STRICT))
+                .flatten()
+            {
                 (t, 1)
             } else {
                 match ps {
