@@ -42,8 +42,10 @@ const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 12;
 /// Contexts per bucket before the buckets grow. Small bucket arrays stay in
 /// cache, which matters more than the few extra chain steps (tags filter
-/// them): in the 128k benches a draft call took about 1.5 us with up to four
-/// contexts a bucket, 2.5 us with up to two and 6 us with 2^20 buckets.
+/// them): in the 128k benches (then re-beginning the drafter each window, on
+/// a faster machine) a draft call took about 1.5 us with up to four contexts a
+/// bucket, 2.5 us with up to two and 6 us with 2^20 buckets; eight and sixteen
+/// measured the same as four within this machine's noise.
 const MAX_LOAD: usize = 4;
 /// Copy regions remembered for locality.
 const ANCHORS: usize = 4;
