@@ -93,7 +93,9 @@ const SINGLE: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug)]
 struct Ngram {
     key: Key,
-    /// The only follower and its count, while `more == SINGLE`.
+    /// The only follower and its count while `more == SINGLE`; after, the
+    /// winner by count (ties: the newest) and its count, kept in step with
+    /// the part so that a draft without a static cache reads only the entry.
     first: (Token, i32),
     /// Sum of the counts (saturating: only compared with small thresholds).
     sum: u32,
@@ -320,7 +322,7 @@ impl LookupCache {
             e.more = self.multi.len() as u32;
             self.multi.push(Part { followers, best: 0 });
         }
-        let id = e.more;
+        let (entry, id) = (i, e.more);
         let part = &mut self.multi[id as usize];
         let i = match position(&self.index, id, &part.followers, token) {
             Some(i) => {
@@ -341,6 +343,17 @@ impl LookupCache {
             }
         };
         part.promote(i);
+        self.entries[entry].first = part.followers[part.best as usize];
+    }
+
+    /// The winning follower of `key` by count (ties: the newest), its count
+    /// and the sum of the counts, read from the n-gram's entry alone.
+    fn top(&self, key: &Key) -> Option<(Token, i32, u32)> {
+        let entries = &self.entries;
+        let &i =
+            self.tables[table_of(key)].find(hash_of(key), |&i| entries[i as usize].key == *key)?;
+        let e = &entries[i as usize];
+        Some((e.first.0, e.first.1, e.sum))
     }
 
     /// llama.cpp's `common_ngram_cache_update`: for each size in `sizes`, counts
@@ -786,6 +799,21 @@ impl NgramCache {
         ps: Option<PartRef<'_>>,
         t: &Thresholds,
     ) -> Option<Token> {
+        if ps.is_none() {
+            // No static weights: the winner is the one the entry keeps.
+            for s in (1..=4).rev() {
+                let Some((token, count, sum)) = keys[s - 1].as_ref().and_then(|k| cache.top(k))
+                else {
+                    continue;
+                };
+                let (count, sum) = (count as i64, sum as i64);
+                if sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * sum {
+                    continue;
+                }
+                return Some(token);
+            }
+            return None;
+        }
         for s in (1..=4).rev() {
             let Some(part) = keys[s - 1].as_ref().and_then(|k| cache.part(k)) else {
                 continue;
@@ -990,6 +1018,11 @@ mod tests {
                         (b.best, b.sum),
                         "alphabet {alphabet}, key {key:?}"
                     );
+                    // The entry keeps the winner in step with the part.
+                    let (t, c) = a.followers[a.best as usize];
+                    let want = Some((t, c, a.sum));
+                    assert_eq!(bulk.top(&key_of(key)), want, "key {key:?}");
+                    assert_eq!(single.top(&key_of(key)), want, "key {key:?}");
                 }
             }
         }
