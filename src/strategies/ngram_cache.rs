@@ -373,6 +373,15 @@ impl LookupCache {
                 self.update_bulk(tokens, size, from);
                 continue;
             }
+            // Room for a long run's new n-grams up front, but for an eighth
+            // of its positions only: a text repeats most of its n-grams, and
+            // a table sized for every position spreads the lookups of the
+            // few distinct ones over several times the cache they need.
+            if len - from >= BULK {
+                let entries = &self.entries;
+                self.tables[4 - size]
+                    .reserve((len - from) / 8, |&i| hash_of(&entries[i as usize].key));
+            }
             for i in from..len {
                 let key = key_of(&tokens[i - size..i]);
                 self.add(&key, hash_of(&key), tokens[i], 1);
