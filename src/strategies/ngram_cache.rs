@@ -369,7 +369,9 @@ impl LookupCache {
             // followers: a long run repeats them at every position, and
             // grouping it first pays (learning a 128k prompt: ~20% less).
             // Longer n-grams repeat less; for them it did not.
-            if size == 1 && len.saturating_sub(from) >= BULK {
+            // (`from` passes `len` when the tokens are fewer than the size.)
+            let run = len.saturating_sub(from);
+            if size == 1 && run >= BULK {
                 self.update_bulk(tokens, size, from);
                 continue;
             }
@@ -377,10 +379,9 @@ impl LookupCache {
             // of its positions only: a text repeats most of its n-grams, and
             // a table sized for every position spreads the lookups of the
             // few distinct ones over several times the cache they need.
-            if len - from >= BULK {
+            if run >= BULK {
                 let entries = &self.entries;
-                self.tables[4 - size]
-                    .reserve((len - from) / 8, |&i| hash_of(&entries[i as usize].key));
+                self.tables[4 - size].reserve(run / 8, |&i| hash_of(&entries[i as usize].key));
             }
             for i in from..len {
                 let key = key_of(&tokens[i - size..i]);
