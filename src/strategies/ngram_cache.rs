@@ -85,6 +85,38 @@ fn radix_sort_top_bits(items: &mut Vec<(u64, u32)>) {
     }
 }
 
+/// Counts one more `token` among the followers that start at `start` in
+/// `followers` (a new one enters last): a scan while they are few, as in a
+/// part, then `slot_of` (token -> position), which holds them all once there
+/// are more than `INDEXED_PART` (a map for every follower made learning a
+/// 128k prompt ~15% slower).
+fn count_follower(
+    followers: &mut Vec<(Token, i32)>,
+    start: usize,
+    slot_of: &mut HashMap<Token, u32, Fast>,
+    token: Token,
+) {
+    let n = followers.len() - start;
+    let found = if n <= INDEXED_PART {
+        followers[start..].iter().position(|f| f.0 == token)
+    } else {
+        slot_of.get(&token).map(|&j| j as usize)
+    };
+    if let Some(j) = found {
+        followers[start + j].1 += 1;
+        return;
+    }
+    if n == INDEXED_PART {
+        for (j, f) in followers[start..].iter().enumerate() {
+            slot_of.insert(f.0, j as u32);
+        }
+    }
+    if n >= INDEXED_PART {
+        slot_of.insert(token, n as u32);
+    }
+    followers.push((token, 1));
+}
+
 /// Marks an entry whose only follower is inline.
 const SINGLE: u32 = u32::MAX;
 
@@ -280,11 +312,16 @@ impl LookupCache {
         }
     }
 
-    fn part(&self, key: &Key) -> Option<PartRef<'_>> {
+    /// The index of `key`'s entry.
+    fn find(&self, key: &Key) -> Option<usize> {
         let entries = &self.entries;
-        let &i =
-            self.tables[table_of(key)].find(hash_of(key), |&i| entries[i as usize].key == *key)?;
-        Some(self.view(i as usize))
+        let table = &self.tables[table_of(key)];
+        let &i = table.find(hash_of(key), |&i| entries[i as usize].key == *key)?;
+        Some(i as usize)
+    }
+
+    fn part(&self, key: &Key) -> Option<PartRef<'_>> {
+        Some(self.view(self.find(key)?))
     }
 
     /// Adds `count` (positive) to `token`'s count among `key`'s followers (a
@@ -349,10 +386,7 @@ impl LookupCache {
     /// The winning follower of `key` by count (ties: the newest), its count
     /// and the sum of the counts, read from the n-gram's entry alone.
     fn top(&self, key: &Key) -> Option<(Token, i32, u32)> {
-        let entries = &self.entries;
-        let &i =
-            self.tables[table_of(key)].find(hash_of(key), |&i| entries[i as usize].key == *key)?;
-        let e = &entries[i as usize];
+        let e = &self.entries[self.find(key)?];
         Some((e.first.0, e.first.1, e.sum))
     }
 
@@ -426,47 +460,26 @@ impl LookupCache {
             {
                 run_items.sort_unstable_by_key(|&(_, p)| (key_at(p), p));
             }
+            // Each key's followers in first-occurrence order, counted.
             let mut g = 0;
             while g < run_items.len() {
-                let key = key_at(run_items[g].1);
+                let first = run_items[g].1;
+                let key = key_at(first);
                 let start = followers.len();
                 slot_of.clear();
-                let mut k = g;
-                while k < run_items.len() && key_at(run_items[k].1) == key {
-                    let token = tokens[run_items[k].1 as usize];
-                    let group = &mut followers[start..];
-                    let found = if group.len() <= INDEXED_PART {
-                        group.iter().position(|f| f.0 == token)
-                    } else {
-                        slot_of.get(&token).map(|&j| j as usize)
-                    };
-                    match found {
-                        Some(j) => group[j].1 += 1,
-                        None => {
-                            if group.len() == INDEXED_PART {
-                                for (j, f) in group.iter().enumerate() {
-                                    slot_of.insert(f.0, j as u32);
-                                }
-                            }
-                            if group.len() >= INDEXED_PART {
-                                slot_of.insert(token, group.len() as u32);
-                            }
-                            followers.push((token, 1));
-                        }
-                    }
-                    k += 1;
+                while g < run_items.len() && key_at(run_items[g].1) == key {
+                    let token = tokens[run_items[g].1 as usize];
+                    count_follower(&mut followers, start, &mut slot_of, token);
+                    g += 1;
                 }
-                groups.push((run_items[g].1, start as u32, followers.len() as u32));
-                g = k;
+                groups.push((first, start as u32, followers.len() as u32));
             }
             run = end;
         }
         groups.sort_unstable_by_key(|g| g.0);
         self.entries.reserve(groups.len());
-        if size > 1 {
-            let entries = &self.entries;
-            self.tables[4 - size].reserve(groups.len(), |&i| hash_of(&entries[i as usize].key));
-        }
+        let entries = &self.entries;
+        self.tables[4 - size].reserve(groups.len(), |&i| hash_of(&entries[i as usize].key));
         for &(first, start, end) in &groups {
             let key = key_at(first);
             let hash = hash_of(&key);
@@ -809,6 +822,10 @@ impl NgramCache {
         ps: Option<PartRef<'_>>,
         t: &Thresholds,
     ) -> Option<Token> {
+        // Most engines load no cache file: no lookups in an empty cache.
+        if cache.is_empty() {
+            return None;
+        }
         if ps.is_none() {
             // No static weights: the winner is the one the entry keeps.
             for s in (1..=4).rev() {
@@ -883,17 +900,12 @@ impl Drafter for NgramCache {
                     keys[s - 1] = Some(key_of(&tail[4 - s..]));
                 }
             }
-            // (Most engines load no cache file: no lookups in empty caches.)
             let ps = keys[NGRAM_STATIC - 1]
                 .as_ref()
-                .filter(|_| !self.statics.is_empty())
                 .and_then(|k| self.statics.part(k));
             let (token, source) = if let Some(t) = self.primary(&self.context, &keys, ps, &LAX) {
                 (t, 0)
-            } else if let Some(t) = (!self.dynamic.is_empty())
-                .then(|| self.primary(&self.dynamic, &keys, ps, &STRICT))
-                .flatten()
-            {
+            } else if let Some(t) = self.primary(&self.dynamic, &keys, ps, &STRICT) {
                 (t, 1)
             } else {
                 match ps {
