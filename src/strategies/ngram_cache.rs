@@ -226,7 +226,7 @@ pub struct LookupCache {
     tables: [HashTable<u32>; 5],
     /// N-grams in insertion order (file order when loaded).
     entries: Roomy<Ngram>,
-    multi: Vec<Part>,
+    multi: Roomy<Part>,
     /// `follower_key(part, token)` -> position among the part's followers,
     /// for the parts with more than `INDEXED_PART`: one table for all, so
     /// that a growing part neither allocates nor rehashes a map of its own.
@@ -316,6 +316,10 @@ impl LookupCache {
     fn find(&self, key: &Key) -> Option<usize> {
         let entries = &self.entries;
         let table = &self.tables[table_of(key)];
+        // Most engines load no static cache, yet every draft step asks it.
+        if table.is_empty() {
+            return None;
+        }
         let &i = table.find(hash_of(key), |&i| entries[i as usize].key == *key)?;
         Some(i as usize)
     }
