@@ -29,6 +29,10 @@ fn strategy() -> impl proptest::strategy::Strategy<Value = S> {
             min_hits
         }),
         (1usize..8).prop_map(|n| S::NgramMod { n }),
+        Just(S::NgramCache {
+            static_cache: None,
+            dynamic_cache: None
+        }),
     ]
 }
 
@@ -36,12 +40,11 @@ fn config() -> impl proptest::strategy::Strategy<Value = Config> {
     config_of(strategy())
 }
 
-/// Every strategy, lookup decoding included (no oracle for it: the golden
-/// traces pin it; the chaos test checks its contract).
+/// Every strategy, with ngram-cache-live and recall (no oracle for them: the
+/// chaos test checks their contract).
 fn any_strategy() -> impl proptest::strategy::Strategy<Value = S> {
     prop_oneof![
         4 => strategy(),
-        1 => Just(S::NgramCache { static_cache: None, dynamic_cache: None }),
         1 => Just(S::NgramCacheLive { static_cache: None, dynamic_cache: None }),
         1 => (1usize..999).prop_map(|threshold_permille| S::Recall { threshold_permille }),
     ]

@@ -121,7 +121,7 @@ fn count_follower(
 const SINGLE: u32 = u32::MAX;
 
 /// One n-gram and its followers: most n-grams of a history have exactly one,
-/// kept inline (32 bytes an entry); the others live in `LookupCache::multi`.
+/// kept inline (36 bytes an entry); the others live in `LookupCache::multi`.
 #[derive(Clone, Copy, Debug)]
 struct Ngram {
     key: Key,
@@ -133,7 +133,14 @@ struct Ngram {
     sum: u32,
     /// `SINGLE`, or the index of the followers in `LookupCache::multi`.
     more: u32,
+    /// A guess at the entry of the n-gram that comes next (this one shifted by
+    /// a token, plus the follower seen the last time it was learned), or
+    /// `NONE`. See `LookupCache::find_next`.
+    next: u32,
 }
+
+/// No entry (an unset `Ngram::next`).
+const NONE: u32 = u32::MAX;
 
 /// Parts with more followers than this find a follower through
 /// `LookupCache::index` instead of a scan.
@@ -231,6 +238,19 @@ pub struct LookupCache {
     /// for the parts with more than `INDEXED_PART`: one table for all, so
     /// that a growing part neither allocates nor rehashes a map of its own.
     index: HashMap<u64, u32, Fast>,
+    /// Per n-gram size, the entry of the n-gram that `update` added last:
+    /// its successor guess is where a draft's first lookup of that size starts.
+    recent: Recent,
+}
+
+/// Entry indices per n-gram size 1..4, `NONE` when unknown.
+#[derive(Clone, Copy, Debug)]
+struct Recent([u32; 4]);
+
+impl Default for Recent {
+    fn default() -> Recent {
+        Recent([NONE; 4])
+    }
 }
 
 impl std::fmt::Debug for LookupCache {
@@ -328,29 +348,86 @@ impl LookupCache {
         Some(self.view(self.find(key)?))
     }
 
+    /// The entry of `key` when it is the successor that entry `prev` last
+    /// saw: one read of an entry instead of a table probe. Text repeats
+    /// itself, and the n-grams of a repeated passage were added one after
+    /// the other, so the guess is right, and its entry next to the last one
+    /// read, most of the time. A wrong guess costs nothing but its read: the
+    /// key decides.
+    #[inline]
+    fn find_next(&self, prev: u32, key: &Key) -> Option<usize> {
+        let next = self.entries.get(prev as usize)?.next as usize;
+        self.entries
+            .get(next)
+            .is_some_and(|e| e.key == *key)
+            .then_some(next)
+    }
+
+    /// The entry of `key` (`find_next(prev)` first), as `find`.
+    #[inline]
+    fn find_after(&self, prev: u32, key: &Key) -> Option<usize> {
+        self.find_next(prev, key).or_else(|| self.find(key))
+    }
+
     /// Adds `count` (positive) to `token`'s count among `key`'s followers (a
     /// new n-gram or follower enters last).
     #[inline]
     fn add(&mut self, key: &Key, hash: u64, token: Token, count: i32) {
+        self.add_after(NONE, key, hash, token, count);
+    }
+
+    /// [`add`](LookupCache::add), where `prev` is the entry of the n-gram
+    /// that came before `key` (or `NONE`): its successor guess is tried
+    /// before the table, and set to `key`'s entry. Returns that entry.
+    #[inline]
+    fn add_after(&mut self, prev: u32, key: &Key, hash: u64, token: Token, count: i32) -> u32 {
+        let i = match self.find_next(prev, key) {
+            Some(i) => i,
+            None => {
+                let (i, new) = self.locate(key, hash, token, count);
+                if let Some(p) = self.entries.get_mut(prev as usize) {
+                    p.next = i as u32;
+                }
+                if new {
+                    return i as u32;
+                }
+                i
+            }
+        };
+        self.count(i, token, count);
+        i as u32
+    }
+
+    /// The entry of `key`, found in its table; or a new one (`true`), with
+    /// `token`'s `count` as its only follower.
+    #[inline]
+    fn locate(&mut self, key: &Key, hash: u64, token: Token, count: i32) -> (usize, bool) {
         let entries = &self.entries;
-        let i = match self.tables[table_of(key)].entry(
+        match self.tables[table_of(key)].entry(
             hash,
             |&i| entries[i as usize].key == *key,
             |&i| hash_of(&entries[i as usize].key),
         ) {
-            hash_table::Entry::Occupied(found) => *found.get() as usize,
+            hash_table::Entry::Occupied(found) => (*found.get() as usize, false),
             hash_table::Entry::Vacant(slot) => {
-                // Indices are u32: 2^32 n-grams would take over 128 GiB.
-                slot.insert(self.entries.len() as u32);
+                // Indices are u32: 2^32 n-grams would take 144 GiB.
+                let i = self.entries.len();
+                slot.insert(i as u32);
                 self.entries.push(Ngram {
                     key: *key,
                     first: (token, count),
                     sum: count as u32,
                     more: SINGLE,
+                    next: NONE,
                 });
-                return;
+                (i, true)
             }
-        };
+        }
+    }
+
+    /// Adds `count` to `token`'s count among the followers of entry `i`.
+    #[inline]
+    fn count(&mut self, i: usize, token: Token, count: i32) {
         let e = &mut self.entries[i];
         e.sum = e.sum.saturating_add(count as u32);
         if e.more == SINGLE {
@@ -387,11 +464,11 @@ impl LookupCache {
         self.entries[entry].first = part.followers[part.best as usize];
     }
 
-    /// The winning follower of `key` by count (ties: the newest), its count
-    /// and the sum of the counts, read from the n-gram's entry alone.
-    fn top(&self, key: &Key) -> Option<(Token, i32, u32)> {
-        let e = &self.entries[self.find(key)?];
-        Some((e.first.0, e.first.1, e.sum))
+    /// The winning follower of entry `i` by count (ties: the newest), its
+    /// count and the sum of the counts, read from the entry alone.
+    fn top(&self, i: usize) -> (Token, i32, u32) {
+        let e = &self.entries[i];
+        (e.first.0, e.first.1, e.sum)
     }
 
     /// llama.cpp's `common_ngram_cache_update`: for each size in `sizes`, counts
@@ -411,6 +488,7 @@ impl LookupCache {
             let run = len.saturating_sub(from);
             if size == 1 && run >= BULK {
                 self.update_bulk(tokens, size, from);
+                self.recent.0[0] = NONE;
                 continue;
             }
             // Room for a long run's new n-grams up front, but for an eighth
@@ -421,10 +499,12 @@ impl LookupCache {
                 let entries = &self.entries;
                 self.tables[4 - size].reserve(run / 8, |&i| hash_of(&entries[i as usize].key));
             }
+            let mut prev = NONE;
             for i in from..len {
                 let key = key_of(&tokens[i - size..i]);
-                self.add(&key, hash_of(&key), tokens[i], 1);
+                prev = self.add_after(prev, &key, hash_of(&key), tokens[i], 1);
             }
+            self.recent.0[size - 1] = prev;
         }
     }
 
@@ -819,43 +899,45 @@ impl NgramCache {
         }
     }
 
+    /// The first follower, from n-gram size 4 down to 1, whose winner in
+    /// `cache` passes the thresholds `t`. `hints` holds the entries found per
+    /// size at the previous draft step, and is left holding this step's: the
+    /// next step's n-grams are most likely their successors.
     fn primary(
         &self,
         cache: &LookupCache,
         keys: &[Option<Key>; 4],
         ps: Option<PartRef<'_>>,
         t: &Thresholds,
+        hints: &mut Recent,
     ) -> Option<Token> {
+        let prev = std::mem::take(hints);
         // Most engines load no cache file: no lookups in an empty cache.
         if cache.is_empty() {
             return None;
         }
-        if ps.is_none() {
-            // No static weights: the winner is the one the entry keeps.
-            for s in (1..=4).rev() {
-                let Some((token, count, sum)) = keys[s - 1].as_ref().and_then(|k| cache.top(k))
-                else {
-                    continue;
-                };
-                let (count, sum) = (count as i64, sum as i64);
-                if sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * sum {
-                    continue;
-                }
-                return Some(token);
-            }
-            return None;
-        }
         for s in (1..=4).rev() {
-            let Some(part) = keys[s - 1].as_ref().and_then(|k| cache.part(k)) else {
+            let Some(i) = keys[s - 1]
+                .as_ref()
+                .and_then(|k| cache.find_after(prev.0[s - 1], k))
+            else {
                 continue;
             };
-            let w = winner(part, ps);
-            let count = part.count(w) as i64;
-            let sum = part.sum as i64;
+            hints.0[s - 1] = i as u32;
+            let (token, count, sum) = match ps {
+                // No static weights: the winner is the one the entry keeps.
+                None => cache.top(i),
+                Some(_) => {
+                    let part = cache.view(i);
+                    let w = winner(part, ps);
+                    (part.followers[w].0, part.count(w), part.sum)
+                }
+            };
+            let (count, sum) = (count as i64, sum as i64);
             if sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * sum {
                 continue;
             }
-            return Some(part.followers[w].0);
+            return Some(token);
         }
         None
     }
@@ -897,6 +979,7 @@ impl Drafter for NgramCache {
         }
         let mut seq_len = len;
         let base = draft.len();
+        let mut hints = self.context.recent;
         while draft.len() - base < N_DRAFT {
             let mut keys = [None; 4];
             for s in 1..=4 {
@@ -907,21 +990,24 @@ impl Drafter for NgramCache {
             let ps = keys[NGRAM_STATIC - 1]
                 .as_ref()
                 .and_then(|k| self.statics.part(k));
-            let (token, source) = if let Some(t) = self.primary(&self.context, &keys, ps, &LAX) {
-                (t, 0)
-            } else if let Some(t) = self.primary(&self.dynamic, &keys, ps, &STRICT) {
-                (t, 1)
-            } else {
-                match ps {
-                    Some(p)
-                        if p.sum >= 2
-                            && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum as i64 =>
-                    {
-                        (p.followers[p.best as usize].0, 2)
+            let (token, source) =
+                if let Some(t) = self.primary(&self.context, &keys, ps, &LAX, &mut hints) {
+                    (t, 0)
+                } else if let Some(t) =
+                    self.primary(&self.dynamic, &keys, ps, &STRICT, &mut Recent::default())
+                {
+                    (t, 1)
+                } else {
+                    match ps {
+                        Some(p)
+                            if p.sum >= 2
+                                && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum as i64 =>
+                        {
+                            (p.followers[p.best as usize].0, 2)
+                        }
+                        _ => break,
                     }
-                    _ => break,
-                }
-            };
+                };
             self.tokens_from[source] += 1;
             draft.push(token);
             tail.copy_within(1.., 0);
@@ -1047,10 +1133,92 @@ mod tests {
                     // The entry keeps the winner in step with the part.
                     let (t, c) = a.followers[a.best as usize];
                     let want = Some((t, c, a.sum));
-                    assert_eq!(bulk.top(&key_of(key)), want, "key {key:?}");
-                    assert_eq!(single.top(&key_of(key)), want, "key {key:?}");
+                    for cache in [&bulk, &single] {
+                        let top = cache.find(&key_of(key)).map(|i| cache.top(i));
+                        assert_eq!(top, want, "key {key:?}");
+                    }
                 }
             }
+        }
+    }
+
+    /// A text whose second half repeats passages of its first.
+    fn repetitive(len: usize) -> Vec<Token> {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut text: Vec<Token> = (0..len / 2).map(|_| next(50) as Token).collect();
+        while text.len() < len {
+            let start = next(len as u64 / 2 - 40) as usize;
+            text.extend_from_within(start..start + 5 + next(30) as usize);
+        }
+        text
+    }
+
+    #[test]
+    fn successor_guesses_find_repeated_passages() {
+        let text = repetitive(4000);
+        let mut cache = LookupCache::new();
+        // Learned in call-sized steps, as a drafter does.
+        for end in (8..=text.len()).step_by(8) {
+            cache.update(&text[..end], NGRAM_SIZES, 8);
+        }
+        // Walking the text again, each n-gram's entry is mostly the guess of
+        // the one before it, and a guess is never taken for a wrong key.
+        for size in [2, 3, 4] {
+            let (mut guessed, mut prev) = (0, NONE);
+            for i in size..text.len() {
+                let key = key_of(&text[i - size..i]);
+                let i = cache.find(&key).expect("every n-gram is learned");
+                match cache.find_next(prev, &key) {
+                    Some(j) => {
+                        assert_eq!(j, i, "size {size}");
+                        guessed += 1;
+                    }
+                    None => assert_ne!(
+                        cache.entries.get(prev as usize).map(|e| e.next),
+                        Some(i as u32)
+                    ),
+                }
+                prev = i as u32;
+            }
+            let share = guessed as f64 / (text.len() - size) as f64;
+            assert!(share > 0.5, "size {size}: {share:.2} guessed");
+        }
+    }
+
+    #[test]
+    fn wrong_guesses_change_no_draft() {
+        let text = repetitive(3000);
+        let learn = |cache: &mut NgramCache| {
+            let mut draft = Vec::new();
+            cache.draft(
+                &text[..2000],
+                text[2000],
+                DraftLimits::default(),
+                &mut draft,
+            );
+        };
+        let (mut right, mut wrong) = (NgramCache::new(), NgramCache::new());
+        learn(&mut right);
+        learn(&mut wrong);
+        // Every guess points at some other entry.
+        let n = wrong.context.entries.len() as u32;
+        for (i, e) in wrong.context.entries.iter_mut().enumerate() {
+            e.next = (i as u32 * 7919 + 13) % n;
+        }
+        wrong.context.recent = Recent([0, 1, 2, 3]);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for pos in 2001..text.len() {
+            a.clear();
+            b.clear();
+            right.draft(&text[..pos], text[pos], DraftLimits::default(), &mut a);
+            wrong.draft(&text[..pos], text[pos], DraftLimits::default(), &mut b);
+            assert_eq!(a, b, "at {pos}");
         }
     }
 
