@@ -126,8 +126,9 @@ const SINGLE: u32 = u32::MAX;
 struct Ngram {
     key: Key,
     /// The only follower and its count while `more == SINGLE`; after, the
-    /// winner by count (ties: the newest) and its count, kept in step with
-    /// the part so that a draft without a static cache reads only the entry.
+    /// winner by count (ties: the newest) and its count, which only this
+    /// field holds (see `Part`): a draft without a static cache reads only
+    /// the entry.
     first: (Token, i32),
     /// Sum of the counts (saturating: only compared with small thresholds).
     sum: u32,
@@ -149,20 +150,16 @@ const INDEXED_PART: usize = 16;
 /// The followers of an n-gram with two or more, in insertion order with
 /// their counts, and the current winner by count (ties: the newest), kept
 /// incrementally so a draft does not rescan the part.
+///
+/// The winner's count lives in the n-gram's entry (`Ngram::first`), not in
+/// its slot here, which is written back only when another follower takes
+/// over: text repeats its most frequent continuation, and counting it again
+/// then touches the entry alone, not the part and its followers (two cache
+/// misses). Read counts through `PartRef`.
 #[derive(Clone, Debug, Default)]
 struct Part {
     followers: SmallVec<[(Token, i32); 2]>,
     best: u32,
-}
-
-impl Part {
-    fn promote(&mut self, i: usize) {
-        let best = self.best as usize;
-        let c = self.followers[i].1;
-        if c > self.followers[best].1 || (c == self.followers[best].1 && i > best) {
-            self.best = i as u32;
-        }
-    }
 }
 
 /// The key of `token` among the followers of part `id` in `LookupCache::index`.
@@ -187,20 +184,40 @@ fn position(
 /// A read-only view of one n-gram's followers, inline or not.
 #[derive(Clone, Copy, Debug)]
 struct PartRef<'a> {
-    followers: &'a [(Token, i32)],
+    /// The followers; the winner's count here may be stale (see `Part`).
+    slots: &'a [(Token, i32)],
     index: &'a HashMap<u64, u32, Fast>,
     id: u32,
     sum: u32,
     best: u32,
+    /// The winner's count.
+    top: i32,
 }
 
-impl PartRef<'_> {
+impl<'a> PartRef<'a> {
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
     fn find(&self, token: Token) -> Option<usize> {
-        position(self.index, self.id, self.followers, token)
+        position(self.index, self.id, self.slots, token)
+    }
+
+    fn token(&self, i: usize) -> Token {
+        self.slots[i].0
     }
 
     fn count(&self, i: usize) -> i32 {
-        self.followers[i].1
+        if i == self.best as usize {
+            self.top
+        } else {
+            self.slots[i].1
+        }
+    }
+
+    /// The followers and their counts, in insertion order.
+    fn iter(self) -> impl ExactSizeIterator<Item = (Token, i32)> + Clone + 'a {
+        (0..self.len()).map(move |i| (self.token(i), self.count(i)))
     }
 }
 
@@ -268,7 +285,7 @@ impl PartialEq for LookupCache {
             && self.entries.iter().enumerate().all(|(i, e)| {
                 other
                     .part(&e.key)
-                    .is_some_and(|p| p.followers == self.view(i).followers)
+                    .is_some_and(|p| p.iter().eq(self.view(i).iter()))
             })
     }
 }
@@ -295,19 +312,31 @@ impl LookupCache {
             return None;
         }
         let part = self.part(&key_of(ngram))?;
-        Some(part.followers.iter().map(|&(t, c)| (t, c as u32)).collect())
+        Some(part.iter().map(|(t, c)| (t, c as u32)).collect())
     }
 
     /// Every n-gram (trailing `u32::MAX` slots trimmed, as llama.cpp pads
     /// keys with -1) with its followers and counts, in insertion order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[Token], &[(Token, i32)])> + '_ {
+    ///
+    /// ```
+    /// use selfspec::strategies::LookupCache;
+    ///
+    /// let cache = LookupCache::from_tokens(&[7, 8, 7, 9, 7, 8], 1..=1);
+    /// let (ngram, followers) = cache.iter().next().unwrap();
+    /// assert_eq!(ngram, [7]);
+    /// assert_eq!(followers.collect::<Vec<_>>(), [(8, 2), (9, 1)]);
+    /// ```
+    pub fn iter(
+        &self,
+    ) -> impl Iterator<Item = (&[Token], impl ExactSizeIterator<Item = (Token, i32)> + '_)> + '_
+    {
         self.entries.iter().enumerate().map(|(i, e)| {
             let len = e
                 .key
                 .iter()
                 .rposition(|&t| t != UNUSED)
                 .map_or(0, |i| i + 1);
-            (&e.key[..len], self.view(i).followers)
+            (&e.key[..len], self.view(i).iter())
         })
     }
 
@@ -315,20 +344,22 @@ impl LookupCache {
         let e = &self.entries[i];
         if e.more == SINGLE {
             return PartRef {
-                followers: std::slice::from_ref(&e.first),
+                slots: std::slice::from_ref(&e.first),
                 index: &self.index,
                 id: SINGLE,
                 sum: e.sum,
                 best: 0,
+                top: e.first.1,
             };
         }
         let part = &self.multi[e.more as usize];
         PartRef {
-            followers: &part.followers,
+            slots: &part.followers,
             index: &self.index,
             id: e.more,
             sum: e.sum,
             best: part.best,
+            top: e.first.1,
         }
     }
 
@@ -370,21 +401,25 @@ impl LookupCache {
     }
 
     /// Adds `count` (positive) to `token`'s count among `key`'s followers (a
-    /// new n-gram or follower enters last).
+    /// new n-gram or follower enters last); `hash` is `hash_of(key)`.
     #[inline]
     fn add(&mut self, key: &Key, hash: u64, token: Token, count: i32) {
-        self.add_after(NONE, key, hash, token, count);
+        let (i, new) = self.locate(key, hash, token, count);
+        if !new {
+            self.count(i, token, count);
+        }
     }
 
     /// [`add`](LookupCache::add), where `prev` is the entry of the n-gram
     /// that came before `key` (or `NONE`): its successor guess is tried
-    /// before the table, and set to `key`'s entry. Returns that entry.
+    /// before the table (and the hash), and set to `key`'s entry. Returns
+    /// that entry.
     #[inline]
-    fn add_after(&mut self, prev: u32, key: &Key, hash: u64, token: Token, count: i32) -> u32 {
+    fn add_after(&mut self, prev: u32, key: &Key, token: Token, count: i32) -> u32 {
         let i = match self.find_next(prev, key) {
             Some(i) => i,
             None => {
-                let (i, new) = self.locate(key, hash, token, count);
+                let (i, new) = self.locate(key, hash_of(key), token, count);
                 if let Some(p) = self.entries.get_mut(prev as usize) {
                     p.next = i as u32;
                 }
@@ -430,17 +465,19 @@ impl LookupCache {
     fn count(&mut self, i: usize, token: Token, count: i32) {
         let e = &mut self.entries[i];
         e.sum = e.sum.saturating_add(count as u32);
+        if e.first.0 == token {
+            // The only follower, or the winner: its count lives in the entry,
+            // and counting it up keeps it the winner.
+            e.first.1 = e.first.1.saturating_add(count);
+            return;
+        }
         if e.more == SINGLE {
-            if e.first.0 == token {
-                e.first.1 = e.first.1.saturating_add(count);
-                return;
-            }
             let mut followers = SmallVec::new();
             followers.push(e.first);
             e.more = self.multi.len() as u32;
             self.multi.push(Part { followers, best: 0 });
         }
-        let (entry, id) = (i, e.more);
+        let (entry, id, top) = (i, e.more, e.first.1);
         let part = &mut self.multi[id as usize];
         let i = match position(&self.index, id, &part.followers, token) {
             Some(i) => {
@@ -460,8 +497,14 @@ impl LookupCache {
                 i
             }
         };
-        part.promote(i);
-        self.entries[entry].first = part.followers[part.best as usize];
+        // A new winner (ties: the newest): the old one's count goes back to
+        // its slot, the new one's into the entry.
+        let (best, c) = (part.best as usize, part.followers[i].1);
+        if c > top || (c == top && i > best) {
+            part.followers[best].1 = top;
+            part.best = i as u32;
+            self.entries[entry].first = (token, c);
+        }
     }
 
     /// The winning follower of entry `i` by count (ties: the newest), its
@@ -502,7 +545,7 @@ impl LookupCache {
             let mut prev = NONE;
             for i in from..len {
                 let key = key_of(&tokens[i - size..i]);
-                prev = self.add_after(prev, &key, hash_of(&key), tokens[i], 1);
+                prev = self.add_after(prev, &key, tokens[i], 1);
             }
             self.recent.0[size - 1] = prev;
         }
@@ -586,7 +629,7 @@ impl LookupCache {
     pub fn merge(&mut self, other: &LookupCache) {
         for (i, e) in other.entries.iter().enumerate() {
             let hash = hash_of(&e.key);
-            for &(t, c) in other.view(i).followers {
+            for (t, c) in other.view(i).iter() {
                 self.add(&e.key, hash, t, c);
             }
         }
@@ -671,7 +714,7 @@ impl LookupCache {
                 out.extend_from_slice(&key.get(j).copied().unwrap_or(UNUSED).to_le_bytes());
             }
             out.extend_from_slice(&(followers.len() as i32).to_le_bytes());
-            for &(t, c) in followers {
+            for (t, c) in followers {
                 out.extend_from_slice(&t.to_le_bytes());
                 out.extend_from_slice(&c.to_le_bytes());
             }
@@ -722,14 +765,14 @@ const STRICT: Thresholds = Thresholds {
 /// static count` for followers of the static part `ps`, else 1); ties go to
 /// the newest.
 fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
-    let Some(ps) = ps.filter(|p| !p.followers.is_empty()) else {
+    let Some(ps) = ps.filter(|p| p.len() > 0) else {
         return part.best as usize;
     };
     let weight = |t: Token| ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64);
     let better = |(s, i): (i64, usize), (bs, bi): (i64, usize)| s > bs || (s == bs && i > bi);
     let scan = || {
         let mut best = (i64::MIN, 0);
-        for (i, &(t, c)) in part.followers.iter().enumerate() {
+        for (i, (t, c)) in part.iter().enumerate() {
             let cand = (c as i64 * weight(t), i);
             if better(cand, best) {
                 best = cand;
@@ -737,17 +780,17 @@ fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
         }
         best.1
     };
-    if part.followers.len() <= INDEXED_PART || ps.followers.len() > part.followers.len() {
+    if part.len() <= INDEXED_PART || ps.len() > part.len() {
         return scan();
     }
     // Large part, smaller static part: the winner is either a follower the
     // static part weights, or the best-counted follower if it is unweighted.
     let top = part.best as usize;
-    if ps.find(part.followers[top].0).is_some() {
+    if ps.find(part.token(top)).is_some() {
         return scan();
     }
     let mut best = (part.count(top) as i64, top);
-    for &(t, sc) in ps.followers {
+    for (t, sc) in ps.iter() {
         if let Some(i) = part.find(t) {
             let cand = (part.count(i) as i64 * 100 * sc as i64, i);
             if better(cand, best) {
@@ -930,7 +973,7 @@ impl NgramCache {
                 Some(_) => {
                     let part = cache.view(i);
                     let w = winner(part, ps);
-                    (part.followers[w].0, part.count(w), part.sum)
+                    (part.token(w), part.count(w), part.sum)
                 }
             };
             let (count, sum) = (count as i64, sum as i64);
@@ -1003,7 +1046,7 @@ impl Drafter for NgramCache {
                             if p.sum >= 2
                                 && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum as i64 =>
                         {
-                            (p.followers[p.best as usize].0, 2)
+                            (p.token(p.best as usize), 2)
                         }
                         _ => break,
                     }
@@ -1058,7 +1101,7 @@ mod tests {
         for &(followers, want) in cases {
             let (cache, key) = cache_of(followers);
             let part = cache.part(&key).unwrap();
-            assert_eq!(part.followers[winner(part, None)].0, want, "{followers:?}");
+            assert_eq!(part.token(winner(part, None)), want, "{followers:?}");
         }
     }
 
@@ -1068,7 +1111,7 @@ mod tests {
         let many: Vec<(Token, i32)> = (0..40u32).map(|t| (t, 1 + (t % 7) as i32)).collect();
         let (cache, key) = cache_of(&many);
         let part = cache.part(&key).unwrap();
-        assert!(part.followers.len() > INDEXED_PART);
+        assert!(part.len() > INDEXED_PART);
         for weighted in [
             vec![(3u32, 1i32)],
             vec![(6, 1), (13, 1)],
@@ -1078,10 +1121,9 @@ mod tests {
             let (statics, skey) = cache_of(&weighted);
             let ps = statics.part(&skey).unwrap();
             let scan = part
-                .followers
                 .iter()
                 .enumerate()
-                .map(|(i, &(t, c))| {
+                .map(|(i, (t, c))| {
                     (
                         c as i64 * ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64),
                         i,
@@ -1131,7 +1173,7 @@ mod tests {
                         "alphabet {alphabet}, key {key:?}"
                     );
                     // The entry keeps the winner in step with the part.
-                    let (t, c) = a.followers[a.best as usize];
+                    let (t, c) = (a.token(a.best as usize), a.count(a.best as usize));
                     let want = Some((t, c, a.sum));
                     for cache in [&bulk, &single] {
                         let top = cache.find(&key_of(key)).map(|i| cache.top(i));
@@ -1234,7 +1276,8 @@ mod tests {
         assert_eq!(cache.len(), keys.len());
         for (n, key) in keys.iter().enumerate() {
             let part = cache.part(key).unwrap();
-            assert_eq!(part.followers, [(n as Token, 1), (n as Token + 1, 2)]);
+            let followers: Vec<_> = part.iter().collect();
+            assert_eq!(followers, [(n as Token, 1), (n as Token + 1, 2)]);
             assert_eq!(part.sum, 3);
         }
         assert!(cache.part(&key_of(&[9, 9, 9, 9])).is_none());
