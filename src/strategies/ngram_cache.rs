@@ -119,6 +119,9 @@ fn count_follower(
 
 /// Marks an entry whose only follower is inline.
 const SINGLE: u32 = u32::MAX;
+/// Flags (in `Ngram::more`) a part with more than `INDEXED_PART` followers,
+/// whose counts live in `LookupCache::index`.
+const BIG: u32 = 1 << 31;
 
 /// One n-gram and its followers: most n-grams of a history have exactly one,
 /// kept inline (36 bytes an entry); the others live in `LookupCache::multi`.
@@ -132,7 +135,8 @@ struct Ngram {
     first: (Token, i32),
     /// Sum of the counts (saturating: only compared with small thresholds).
     sum: u32,
-    /// `SINGLE`, or the index of the followers in `LookupCache::multi`.
+    /// `SINGLE`, or the index of the followers in `LookupCache::multi`,
+    /// with `BIG` set once they are more than `INDEXED_PART`.
     more: u32,
     /// A guess at the entry of the n-gram that comes next (this one shifted by
     /// a token, plus the follower seen the last time it was learned), or
@@ -155,7 +159,10 @@ const INDEXED_PART: usize = 16;
 /// its slot here, which is written back only when another follower takes
 /// over: text repeats its most frequent continuation, and counting it again
 /// then touches the entry alone, not the part and its followers (two cache
-/// misses). Read counts through `PartRef`.
+/// misses). Past `INDEXED_PART` followers the other counts live in
+/// `LookupCache::index` beside the positions, so that counting one reads
+/// that table alone, not the part and its followers. Read counts through
+/// `PartRef`.
 #[derive(Clone, Debug, Default)]
 struct Part {
     followers: SmallVec<[(Token, i32); 2]>,
@@ -167,26 +174,17 @@ fn follower_key(id: u32, token: Token) -> u64 {
     u64::from(id) << 32 | u64::from(token)
 }
 
-/// Where `token` is among `followers` (of part `id`, when it has any).
-fn position(
-    index: &HashMap<u64, u32, Fast>,
-    id: u32,
-    followers: &[(Token, i32)],
-    token: Token,
-) -> Option<usize> {
-    if followers.len() > INDEXED_PART {
-        index.get(&follower_key(id, token)).map(|&i| i as usize)
-    } else {
-        followers.iter().position(|&(t, _)| t == token)
-    }
-}
+/// `LookupCache::index`: `follower_key(part, token)` -> (position among the
+/// part's followers, count).
+type FollowerIndex = HashMap<u64, (u32, i32), Fast>;
 
 /// A read-only view of one n-gram's followers, inline or not.
 #[derive(Clone, Copy, Debug)]
 struct PartRef<'a> {
-    /// The followers; the winner's count here may be stale (see `Part`).
+    /// The followers. Counts here are stale for the winner, and for all of a
+    /// part with more than `INDEXED_PART` (see `Part`).
     slots: &'a [(Token, i32)],
-    index: &'a HashMap<u64, u32, Fast>,
+    index: &'a FollowerIndex,
     id: u32,
     sum: u32,
     best: u32,
@@ -199,8 +197,17 @@ impl<'a> PartRef<'a> {
         self.slots.len()
     }
 
+    fn big(&self) -> bool {
+        self.slots.len() > INDEXED_PART
+    }
+
     fn find(&self, token: Token) -> Option<usize> {
-        position(self.index, self.id, self.slots, token)
+        if self.big() {
+            let &(i, _) = self.index.get(&follower_key(self.id, token))?;
+            Some(i as usize)
+        } else {
+            self.slots.iter().position(|&(t, _)| t == token)
+        }
     }
 
     fn token(&self, i: usize) -> Token {
@@ -210,6 +217,9 @@ impl<'a> PartRef<'a> {
     fn count(&self, i: usize) -> i32 {
         if i == self.best as usize {
             self.top
+        } else if self.big() {
+            let key = follower_key(self.id, self.slots[i].0);
+            self.index.get(&key).map_or(0, |&(_, c)| c)
         } else {
             self.slots[i].1
         }
@@ -251,10 +261,10 @@ pub struct LookupCache {
     /// N-grams in insertion order (file order when loaded).
     entries: Roomy<Ngram>,
     multi: Roomy<Part>,
-    /// `follower_key(part, token)` -> position among the part's followers,
-    /// for the parts with more than `INDEXED_PART`: one table for all, so
-    /// that a growing part neither allocates nor rehashes a map of its own.
-    index: HashMap<u64, u32, Fast>,
+    /// `follower_key(part, token)` -> (position, count) of a follower, for
+    /// the parts with more than `INDEXED_PART`: one table for all, so that a
+    /// growing part neither allocates nor rehashes a map of its own.
+    index: FollowerIndex,
     /// Per n-gram size, the entry of the n-gram that `update` added last:
     /// its successor guess is where a draft's first lookup of that size starts.
     recent: Recent,
@@ -352,11 +362,12 @@ impl LookupCache {
                 top: e.first.1,
             };
         }
-        let part = &self.multi[e.more as usize];
+        let id = e.more & !BIG;
+        let part = &self.multi[id as usize];
         PartRef {
             slots: &part.followers,
             index: &self.index,
-            id: e.more,
+            id,
             sum: e.sum,
             best: part.best,
             top: e.first.1,
@@ -477,31 +488,62 @@ impl LookupCache {
             e.more = self.multi.len() as u32;
             self.multi.push(Part { followers, best: 0 });
         }
-        let (entry, id, top) = (i, e.more, e.first.1);
-        let part = &mut self.multi[id as usize];
-        let i = match position(&self.index, id, &part.followers, token) {
-            Some(i) => {
-                part.followers[i].1 = part.followers[i].1.saturating_add(count);
-                i
-            }
-            None => {
-                let i = part.followers.len();
-                part.followers.push((token, count));
-                if i == INDEXED_PART {
-                    for (j, &(t, _)) in part.followers.iter().enumerate() {
-                        self.index.insert(follower_key(id, t), j as u32);
-                    }
-                } else if i > INDEXED_PART {
-                    self.index.insert(follower_key(id, token), i as u32);
+        let (entry, id, top, big) = (i, e.more & !BIG, e.first.1, e.more & BIG != 0);
+        let (i, c) = if big {
+            let key = follower_key(id, token);
+            match self.index.get_mut(&key) {
+                Some((i, c)) => {
+                    *c = c.saturating_add(count);
+                    (*i as usize, *c)
                 }
-                i
+                None => {
+                    let followers = &mut self.multi[id as usize].followers;
+                    let i = followers.len();
+                    followers.push((token, count));
+                    self.index.insert(key, (i as u32, count));
+                    (i, count)
+                }
+            }
+        } else {
+            let part = &mut self.multi[id as usize];
+            match part.followers.iter().position(|&(t, _)| t == token) {
+                Some(i) => {
+                    let c = &mut part.followers[i].1;
+                    *c = c.saturating_add(count);
+                    (i, *c)
+                }
+                None => {
+                    let i = part.followers.len();
+                    part.followers.push((token, count));
+                    if i == INDEXED_PART {
+                        // Past INDEXED_PART: positions and counts move to
+                        // the index (the winner's count stays in the entry).
+                        for (j, &(t, c)) in part.followers.iter().enumerate() {
+                            self.index.insert(follower_key(id, t), (j as u32, c));
+                        }
+                        self.entries[entry].more = id | BIG;
+                    }
+                    (i, count)
+                }
             }
         };
+        if c < top {
+            return;
+        }
         // A new winner (ties: the newest): the old one's count goes back to
         // its slot, the new one's into the entry.
-        let (best, c) = (part.best as usize, part.followers[i].1);
-        if c > top || (c == top && i > best) {
-            part.followers[best].1 = top;
+        let part = &mut self.multi[id as usize];
+        let best = part.best as usize;
+        if c > top || i > best {
+            // (A part that has just grown past INDEXED_PART is indexed too.)
+            if big || i == INDEXED_PART {
+                let old = follower_key(id, self.entries[entry].first.0);
+                if let Some(slot) = self.index.get_mut(&old) {
+                    slot.1 = top;
+                }
+            } else {
+                part.followers[best].1 = top;
+            }
             part.best = i as u32;
             self.entries[entry].first = (token, c);
         }
@@ -1172,6 +1214,11 @@ mod tests {
                         (b.best, b.sum),
                         "alphabet {alphabet}, key {key:?}"
                     );
+                    // The winner is the newest of the highest counts.
+                    let counts: Vec<i32> = b.iter().map(|(_, c)| c).collect();
+                    let max = counts.iter().max().copied();
+                    let newest = counts.iter().rposition(|&c| Some(c) == max);
+                    assert_eq!(Some(b.best as usize), newest, "key {key:?}");
                     // The entry keeps the winner in step with the part.
                     let (t, c) = (a.token(a.best as usize), a.count(a.best as usize));
                     let want = Some((t, c, a.sum));
