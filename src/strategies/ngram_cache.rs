@@ -535,8 +535,8 @@ impl LookupCache {
         let part = &mut self.multi[id as usize];
         let best = part.best as usize;
         if c > top || i > best {
-            // (A part that has just grown past INDEXED_PART is indexed too.)
-            if big || i == INDEXED_PART {
+            // (The flag is read again: this count may have made the part big.)
+            if self.entries[entry].more & BIG != 0 {
                 let old = follower_key(id, self.entries[entry].first.0);
                 if let Some(slot) = self.index.get_mut(&old) {
                     slot.1 = top;
@@ -1144,6 +1144,35 @@ mod tests {
             let (cache, key) = cache_of(followers);
             let part = cache.part(&key).unwrap();
             assert_eq!(part.token(winner(part, None)), want, "{followers:?}");
+        }
+    }
+
+    #[test]
+    fn counts_survive_a_part_growing_past_the_indexed_size() {
+        // Sixteen followers, the last counted up while it wins (its count in
+        // the entry, its slot stale), then a seventeenth moves the part's
+        // counts into the index, winning or not, and later winners change.
+        let base: Vec<(Token, i32)> = (0..16).map(|t| (t, 1)).chain([(15, 3)]).collect();
+        let cases: &[(&[(Token, i32)], Token)] = &[
+            (&[(16, 10)], 16),
+            (&[(16, 2)], 15),
+            (&[(16, 10), (0, 20)], 0),
+            (&[(16, 2), (16, 2), (3, 1)], 16),
+        ];
+        for &(more, want) in cases {
+            let adds: Vec<(Token, i32)> = base.iter().chain(more).copied().collect();
+            let (cache, key) = cache_of(&adds);
+            let mut naive: Vec<(Token, i32)> = Vec::new();
+            for &(t, c) in &adds {
+                match naive.iter_mut().find(|f| f.0 == t) {
+                    Some(f) => f.1 += c,
+                    None => naive.push((t, c)),
+                }
+            }
+            let part = cache.part(&key).unwrap();
+            assert!(part.len() > INDEXED_PART);
+            assert_eq!(part.iter().collect::<Vec<_>>(), naive, "{more:?}");
+            assert_eq!(part.token(winner(part, None)), want, "{more:?}");
         }
     }
 
