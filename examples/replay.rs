@@ -16,11 +16,12 @@
 
 use std::process::ExitCode;
 
-use selfspec::replay::{replay, ReplayReport, Session};
-use selfspec::{Config, Speculative, Strategy};
+use selfspec::replay::{replay, replay_engine, Engine, ReplayReport, Session};
+use selfspec::{Config, Shared, Speculative, Strategy};
 
-const SAMPLES: [(&str, &str); 2] = [
+const SAMPLES: [(&str, &str); 3] = [
     ("sample-chat", include_str!("data/sample-chat.jsonl")),
+    ("sample-code", include_str!("data/sample-code.jsonl")),
     (
         "sample-code-edit",
         include_str!("data/sample-code-edit.jsonl"),
@@ -28,7 +29,7 @@ const SAMPLES: [(&str, &str); 2] = [
 ];
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
-[--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json]";
+[--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--slots N] [--fresh] [--memory FILE]";
 
 fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, String> {
     let sessions = selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
@@ -46,6 +47,12 @@ struct Options {
     pool_size: Option<usize>,
     per_kind: bool,
     json: bool,
+    /// Replay on an engine of this many slots (`REPLAY.md`, "Concurrent engine").
+    slots: Option<usize>,
+    /// A new drafter per request.
+    fresh: bool,
+    /// Load the engine-wide memory from this file if it exists; save it at the end.
+    memory: Option<String>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -57,6 +64,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         pool_size: None,
         per_kind: false,
         json: false,
+        slots: None,
+        fresh: false,
+        memory: None,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -78,6 +88,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--draft-min" => o.draft_min = Some(number(&arg, value(&arg)?)?),
             "--pool-size" => o.pool_size = Some(number(&arg, value(&arg)?)?),
             "--per-kind" => o.per_kind = true,
+            "--slots" => o.slots = Some(number(&arg, value(&arg)?)?.max(1)),
+            "--fresh" => o.fresh = true,
+            "--memory" => o.memory = Some(value(&arg)?),
             "--json" => o.json = true,
             "--help" | "-h" => return Err(USAGE.to_string()),
             flag if flag.starts_with('-') => {
@@ -235,8 +248,7 @@ fn run(o: Options) -> Result<(), String> {
         }
         let mut lines = Vec::new();
         for (label, config) in &configs {
-            let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
-            let report = replay(&mut spec, sessions);
+            let (report, stats) = replay_with(&o, config, sessions)?;
             if o.json {
                 json.push(serde_json::json!({
                     "workload": group.workload,
@@ -250,7 +262,7 @@ fn run(o: Options) -> Result<(), String> {
                 }));
             } else {
                 row(label, config, &report);
-                lines.push((label.clone(), spec.stats().to_vec()));
+                lines.push((label.clone(), stats));
             }
         }
         if !o.json {
@@ -270,6 +282,36 @@ fn run(o: Options) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// One replay: sequential on one `Speculative`, or on an engine of slots
+/// over one `Shared` (loaded from and saved to `--memory FILE`).
+fn replay_with(
+    o: &Options,
+    config: &Config,
+    sessions: &[Session],
+) -> Result<(ReplayReport, Vec<selfspec::DrafterStats>), String> {
+    let engine = Engine {
+        slots: o.slots.unwrap_or(1),
+        fresh: o.fresh,
+    };
+    if engine == Engine::SEQUENTIAL && o.memory.is_none() {
+        let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
+        let report = replay(&mut spec, sessions);
+        return Ok((report, spec.stats().to_vec()));
+    }
+    let shared = match &o.memory {
+        Some(path) if std::path::Path::new(path).exists() => {
+            Shared::load(config, path).map_err(|e| e.to_string())?
+        }
+        _ => Shared::new(config).map_err(|e| e.to_string())?,
+    };
+    let report = replay_engine(config, &shared, sessions, engine).map_err(|e| e.to_string())?;
+    if let Some(path) = &o.memory {
+        shared.save(path).map_err(|e| e.to_string())?;
+    }
+    let stats = report.stats.clone();
+    Ok((report, stats))
 }
 
 fn main() -> ExitCode {

@@ -58,6 +58,17 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A memory file ([`Shared::save`](crate::Shared::save) /
+    /// [`Shared::load`](crate::Shared::load)) that cannot be read, written or used.
+    #[error("memory file {}: byte {offset}: {problem}", path.display())]
+    MemoryFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Byte offset of the problem (0 for the file as a whole).
+        offset: u64,
+        /// What is wrong.
+        problem: MemoryFileProblem,
+    },
     /// A strategy string whose parameters do not parse.
     #[error("strategy `{input}`: {reason}")]
     ParseStrategy {
@@ -65,5 +76,64 @@ pub enum Error {
         input: String,
         /// What is wrong with it and what is expected.
         reason: String,
+    },
+}
+
+/// What is wrong with a memory file ([`Error::MemoryFile`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryFileProblem {
+    /// The file cannot be opened, read or written.
+    #[error("{kind:?}: {message}")]
+    Io {
+        /// The I/O error's kind.
+        kind: std::io::ErrorKind,
+        /// The I/O error's message.
+        message: String,
+    },
+    /// The file is not a selfspec memory file.
+    #[error("not a selfspec memory file (no `SELFSPEC` magic)")]
+    NotAMemoryFile,
+    /// Written by another format version.
+    #[error("format version {found}; this build reads version {supported}")]
+    Version {
+        /// The file's version.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// The file ends before its header says it does.
+    #[error("truncated: {expected} bytes expected, {found} present")]
+    Truncated {
+        /// Bytes the header promises.
+        expected: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// The checksum does not match the content.
+    #[error(
+        "checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): the file is corrupt"
+    )]
+    Checksum {
+        /// The checksum stored in the file.
+        stored: u64,
+        /// The checksum of the content.
+        computed: u64,
+    },
+    /// The file was built with parameters this configuration cannot use.
+    #[error("built with {field} = {file}, but the configuration has {config}")]
+    Incompatible {
+        /// The parameter.
+        field: &'static str,
+        /// The file's value.
+        file: u64,
+        /// The configuration's value.
+        config: u64,
+    },
+    /// A field holds a value that no writer produces.
+    #[error("{what}")]
+    Corrupt {
+        /// What is wrong.
+        what: &'static str,
     },
 }

@@ -76,13 +76,16 @@ pub mod config;
 mod drafter;
 mod error;
 pub mod replay;
+mod shared;
 mod speculative;
 mod stats;
 pub mod strategies;
+mod sync;
 
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, Token};
-pub use error::Error;
+pub use error::{Error, MemoryFileProblem};
+pub use shared::Shared;
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;

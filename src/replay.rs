@@ -22,9 +22,11 @@
 
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::drafter::Token;
 use crate::speculative::Speculative;
 use crate::stats::DrafterStats;
+use crate::{Error, Shared};
 
 /// One request: the history at the start of generation and what the target generated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -255,4 +257,204 @@ pub fn replay_observed(
         .collect();
     report.draft_time = report.stats.iter().map(|s| s.t_draft).sum();
     report
+}
+
+/// How the replayed engine runs its drafters (`REPLAY.md`, "Concurrent
+/// engine"): `slots` sequences decoded at once, one step each per round
+/// (a batched forward pass), sessions taken in file order; with `fresh`, a
+/// new per-sequence drafter for every request (built on the same
+/// [`Shared`]), as engines that create drafter state per request do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Engine {
+    /// Sequences decoded at once (at least 1).
+    pub slots: usize,
+    /// A new drafter per request (else one per slot, for all its requests).
+    pub fresh: bool,
+}
+
+impl Engine {
+    /// The sequential protocol: one slot, one drafter for the whole file.
+    pub const SEQUENTIAL: Engine = Engine {
+        slots: 1,
+        fresh: false,
+    };
+
+    /// `slots` slots, each keeping its drafter.
+    pub fn slots(slots: usize) -> Engine {
+        Engine {
+            slots,
+            fresh: false,
+        }
+    }
+
+    /// `slots` slots, a new drafter for every request.
+    pub fn fresh(slots: usize) -> Engine {
+        Engine { slots, fresh: true }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.slots, self.fresh) {
+            (1, false) => write!(f, "seq"),
+            (s, false) => write!(f, "{s} slots"),
+            (s, true) => write!(f, "fresh {s}"),
+        }
+    }
+}
+
+/// One engine slot's request in flight.
+struct Slot {
+    spec: Option<Speculative>,
+    session: usize,
+    request: usize,
+    history: Vec<Token>,
+    /// Index in the output of the last sampled token.
+    i: usize,
+    busy: bool,
+}
+
+/// Replays `sessions` on an engine of `engine.slots` slots sharing `shared`
+/// (the protocol of `REPLAY.md`, "Concurrent engine"). Figures are summed
+/// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`].
+///
+/// ```
+/// use selfspec::{Config, Shared};
+/// use selfspec::replay::{replay_engine, Engine, Request, Session};
+///
+/// let text: Vec<u32> = (0..400).map(|i| (i * 7 % 50) as u32).collect();
+/// let sessions: Vec<Session> = (0..4)
+///     .map(|i| Session::new(format!("s{i}"), "synthetic", vec![Request::new(text[..200].to_vec(), text[200..].to_vec())]))
+///     .collect();
+/// let config = Config::recommended();
+/// let shared = Shared::new(&config)?;
+/// let report = replay_engine(&config, &shared, &sessions, Engine::fresh(2))?;
+/// assert_eq!(report.tokens, 800);
+/// assert!(report.tau() > 2.0);
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+pub fn replay_engine(
+    config: &Config,
+    shared: &Shared,
+    sessions: &[Session],
+    engine: Engine,
+) -> Result<ReplayReport, Error> {
+    config.validate()?;
+    let new_spec = || Speculative::with_shared(config, shared);
+    let mut report = ReplayReport {
+        sessions: sessions.len(),
+        ..ReplayReport::default()
+    };
+    let mut totals: Vec<DrafterStats> = Vec::new();
+    let add_stats = |totals: &mut Vec<DrafterStats>, spec: &Speculative| {
+        if totals.is_empty() {
+            *totals = spec
+                .stats()
+                .iter()
+                .map(|s| DrafterStats::new(s.name.clone()))
+                .collect();
+        }
+        for (t, s) in totals.iter_mut().zip(spec.stats()) {
+            t.merge(s);
+        }
+    };
+    let mut slots: Vec<Slot> = Vec::with_capacity(engine.slots.max(1));
+    for _ in 0..engine.slots.max(1) {
+        slots.push(Slot {
+            spec: if engine.fresh {
+                None
+            } else {
+                Some(new_spec()?)
+            },
+            session: 0,
+            request: 0,
+            history: Vec::new(),
+            i: 0,
+            busy: false,
+        });
+    }
+    let mut next = 0;
+    // Starts request `r` of session `s` on `slot` (a new drafter if fresh).
+    let start = |slot: &mut Slot, s: usize, r: usize| -> Result<(), Error> {
+        if engine.fresh {
+            slot.spec = Some(new_spec()?);
+        }
+        slot.session = s;
+        slot.request = r;
+        slot.i = 0;
+        slot.busy = true;
+        slot.history.clear();
+        slot.history
+            .extend_from_slice(&sessions[s].requests[r].prompt);
+        if let Some(spec) = &mut slot.spec {
+            spec.begin(&slot.history);
+        }
+        Ok(())
+    };
+    loop {
+        let mut busy = false;
+        for slot in &mut slots {
+            while !slot.busy && next < sessions.len() {
+                if !sessions[next].requests.is_empty() {
+                    start(slot, next, 0)?;
+                    report.requests += 1;
+                    report.tokens += sessions[next].requests[0].output.len() as u64;
+                }
+                next += 1;
+            }
+            if !slot.busy {
+                continue;
+            }
+            busy = true;
+            let output = &sessions[slot.session].requests[slot.request].output;
+            if slot.i < output.len() {
+                if let Some(spec) = &mut slot.spec {
+                    let last = output[slot.i];
+                    let draft = spec.draft(&slot.history, last);
+                    let n_accepted = draft
+                        .iter()
+                        .zip(&output[slot.i + 1..])
+                        .take_while(|(d, o)| d == o)
+                        .count();
+                    if !draft.is_empty() {
+                        report.drafts += 1;
+                        report.drafted += draft.len() as u64;
+                        report.accepted += n_accepted as u64;
+                    }
+                    spec.accept(n_accepted);
+                    slot.history
+                        .extend_from_slice(&output[slot.i..slot.i + n_accepted + 1]);
+                    slot.i += n_accepted + 1;
+                    report.steps += 1;
+                }
+            }
+            if slot.i >= output.len() {
+                if engine.fresh {
+                    if let Some(spec) = slot.spec.take() {
+                        add_stats(&mut totals, &spec);
+                    }
+                }
+                let (s, r) = (slot.session, slot.request + 1);
+                if r < sessions[s].requests.len() {
+                    start(slot, s, r)?;
+                    report.requests += 1;
+                    report.tokens += sessions[s].requests[r].output.len() as u64;
+                } else {
+                    slot.busy = false;
+                }
+            }
+        }
+        if !busy && next >= sessions.len() {
+            break;
+        }
+    }
+    for slot in slots {
+        if let Some(spec) = slot.spec {
+            add_stats(&mut totals, &spec);
+        }
+    }
+    report.draft_time = totals.iter().map(|s| s.t_draft).sum();
+    report.stats = totals;
+    Ok(report)
 }

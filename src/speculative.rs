@@ -7,7 +7,7 @@ use crate::config::{Config, Strategy, MAX_DRAFT};
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
-use crate::Error;
+use crate::{Error, Shared};
 
 /// Drafts for one sequence: llama.cpp's `common_speculative`.
 ///
@@ -46,8 +46,26 @@ impl Speculative {
     /// Builds the chain `config` describes, with a new ngram-mod pool of
     /// `config.pool_size` cells if the chain has ngram-mod.
     pub fn new(config: &Config) -> Result<Speculative, Error> {
+        Speculative::with_shared(config, &Shared::new(config)?)
+    }
+
+    /// The chain `config` describes on the engine-wide state `shared`: every
+    /// ngram-mod strategy uses its pool and recall its memory, so that what
+    /// one sequence learns serves all. Build one per sequence or per request,
+    /// on any thread (`config`'s `pool_size` and `memory_budget` are the
+    /// ones `shared` was made with).
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;                  // once per engine
+    /// let mut spec = Speculative::with_shared(&config, &shared)?; // per request
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    pub fn with_shared(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
         config.validate()?;
-        Speculative::build(config, None)
+        Speculative::build(config, shared)
     }
 
     /// Like [`new`](Speculative::new), but every ngram-mod strategy uses `pool`,
@@ -65,13 +83,12 @@ impl Speculative {
     /// # Ok::<(), selfspec::Error>(())
     /// ```
     pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Speculative, Error> {
-        config.validate()?;
-        Speculative::build(config, Some(pool))
+        Speculative::with_shared(config, &Shared::with_pool(config, pool)?)
     }
 
-    /// Builds the chain; every ngram-mod strategy shares `pool`, made on first
-    /// need when none is given.
-    fn build(config: &Config, mut pool: Option<Arc<NgramPool>>) -> Result<Speculative, Error> {
+    /// Builds the chain on `shared`.
+    fn build(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
+        let mut pool = None;
         let mut drafters: Vec<Box<dyn Drafter>> = Vec::with_capacity(config.strategies.len());
         for strategy in &config.strategies {
             drafters.push(match *strategy {
@@ -94,17 +111,15 @@ impl Speculative {
                     NgramCache::from_files(static_cache.as_deref(), dynamic_cache.as_deref())?
                         .live(),
                 ),
-                Strategy::Recall { threshold_permille } => {
-                    Box::new(Recall::new(threshold_permille as f64 / 1000.0))
-                }
+                Strategy::Recall { threshold_permille } => Box::new(Recall::with_memory(
+                    threshold_permille as f64 / 1000.0,
+                    shared.recall_memory(),
+                    config.sequence_budget,
+                )),
                 Strategy::NgramMod { n } => {
-                    let shared = match &pool {
-                        Some(pool) => pool.clone(),
-                        None => pool
-                            .insert(Arc::new(NgramPool::new(config.pool_size)?))
-                            .clone(),
-                    };
-                    Box::new(NgramMod::new(n, shared))
+                    let p = shared.pool()?;
+                    pool = Some(p.clone());
+                    Box::new(NgramMod::new(n, p))
                 }
             });
         }

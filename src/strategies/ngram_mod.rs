@@ -353,6 +353,24 @@ impl Drafter for NgramMod {
     }
 }
 
+/// The raw state, for [`Shared::save`](crate::Shared::save) and `load`.
+impl NgramPool {
+    /// The generation, `used` and every cell's word.
+    pub(crate) fn raw(&self) -> (u32, usize, impl Iterator<Item = u64> + '_) {
+        let cells = self.cells.iter().map(|c| c.load(Relaxed));
+        (self.generation.load(Relaxed), self.used(), cells)
+    }
+
+    /// Restores what [`raw`](NgramPool::raw) gave (the same size).
+    pub(crate) fn restore(&self, generation: u32, used: usize, cells: impl Iterator<Item = u64>) {
+        self.generation.store(generation, Relaxed);
+        self.used.store(used, Relaxed);
+        for (c, word) in self.cells.iter().zip(cells) {
+            c.store(word, Relaxed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

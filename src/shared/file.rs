@@ -1,0 +1,366 @@
+//! The memory file: [`Shared::save`] and [`Shared::load`].
+//!
+//! Little-endian throughout:
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | magic `SELFSPEC` |
+//! | 8 | format version (u32, [`VERSION`]) |
+//! | 12 | number of recall orders (u32), then the 8 orders (u32 each) |
+//! | 48 | learned numbers (u64; 0: no recall memory) |
+//! | 56 | the memory budget it was built with (u64, bytes) |
+//! | 64 | its capacity (u64, tokens) |
+//! | 72 | tokens held (u64) |
+//! | 80 | request runs (u64) |
+//! | 88 | ngram-mod pool cells (u64; 0: no pool) |
+//! | 96 | pool generation (u32), 0 (u32) |
+//! | 104 | pool cells used (u64) |
+//! | 112 | learned numbers (f64 each), run lengths (u64 each), tokens (u32 each), pool cells (u64 each) |
+//! | end - 8 | FNV-1a 64 of everything before it |
+
+use std::path::Path;
+
+use super::Shared;
+use crate::config::Config;
+use crate::error::MemoryFileProblem as Problem;
+use crate::strategies::{Learned, NgramPool, RecallMemory, SAVED_ORDERS};
+use crate::sync;
+use crate::Error;
+
+const MAGIC: &[u8; 8] = b"SELFSPEC";
+/// The format version this build reads and writes.
+pub const VERSION: u32 = 1;
+const HEADER: usize = 112;
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn error(path: &Path, offset: u64, problem: Problem) -> Error {
+    Error::MemoryFile {
+        path: path.to_path_buf(),
+        offset,
+        problem,
+    }
+}
+
+fn io(path: &Path, e: &std::io::Error) -> Error {
+    error(
+        path,
+        0,
+        Problem::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        },
+    )
+}
+
+/// Reads little-endian fields off a byte slice, tracking the offset.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let out = self.bytes.get(self.at..self.at + N)?.try_into().ok()?;
+        self.at += N;
+        Some(out)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+    fn f64(&mut self) -> Option<f64> {
+        self.take().map(f64::from_le_bytes)
+    }
+}
+
+impl Shared {
+    /// Saves the engine-wide state (recall's memory and learned tables, the
+    /// ngram-mod pool) to `path`, so that a restarted server starts warm.
+    /// Writes a temporary file beside `path` and renames it, so a crash
+    /// never leaves half a file under `path`.
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;
+    /// drop(Speculative::with_shared(&config, &shared)?); // ... serve requests ...
+    /// let path = std::env::temp_dir().join(format!("selfspec-doc-{}.mem", std::process::id()));
+    /// shared.save(&path)?;
+    /// let warm = Shared::load(&config, &path)?;
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        let bytes = self.to_bytes();
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        std::fs::write(&tmp, &bytes).map_err(|e| io(path, &e))?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(path, &e)
+        })
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let recall = self.existing_recall_memory();
+        let pool = self.existing_pool();
+        let learned = recall
+            .as_ref()
+            .map(|m| m.learned_copy().to_numbers())
+            .unwrap_or_default();
+        let (tokens, runs) = recall.as_ref().map(|m| m.runs()).unwrap_or_default();
+        let mut out =
+            Vec::with_capacity(HEADER + 8 * learned.len() + 8 * runs.len() + 4 * tokens.len() + 8);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(SAVED_ORDERS.len() as u32).to_le_bytes());
+        for k in SAVED_ORDERS {
+            out.extend_from_slice(&(k as u32).to_le_bytes());
+        }
+        let (pool_generation, pool_used, pool_size) = match &pool {
+            Some(p) => {
+                let (generation, used, _) = p.raw();
+                (generation, used as u64, p.size() as u64)
+            }
+            None => (0, 0, 0),
+        };
+        for field in [
+            learned.len() as u64,
+            self.inner.memory_budget as u64,
+            recall.as_ref().map_or(0, |m| m.capacity() as u64),
+            tokens.len() as u64,
+            runs.len() as u64,
+            pool_size,
+        ] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+        out.extend_from_slice(&pool_generation.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&pool_used.to_le_bytes());
+        debug_assert_eq!(out.len(), HEADER);
+        for x in learned {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        for r in runs {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        for t in tokens {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        if let Some(p) = &pool {
+            out.reserve(8 * p.size() + 8);
+            for word in p.raw().2 {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        let checksum = fnv1a(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// Loads what [`save`](Shared::save) wrote, for `config`: drafters built
+    /// on it draft exactly as they did on the saved one. A memory larger
+    /// than `config.memory_budget` keeps its most recent requests.
+    ///
+    /// Errors ([`Error::MemoryFile`], naming the file and the byte offset):
+    /// a missing or unreadable file, a file that is not a memory file, of
+    /// another format version, truncated, with a wrong checksum, or built
+    /// with another pool size or other recall orders than `config` uses.
+    pub fn load(config: &Config, path: impl AsRef<Path>) -> Result<Shared, Error> {
+        let path = path.as_ref();
+        let shared = Shared::new(config)?;
+        let bytes = std::fs::read(path).map_err(|e| io(path, &e))?;
+        shared.restore(config, path, &bytes)?;
+        Ok(shared)
+    }
+
+    /// Like [`load`](Shared::load) from bytes in memory (`name` labels errors).
+    pub fn from_bytes(
+        config: &Config,
+        name: impl AsRef<Path>,
+        bytes: &[u8],
+    ) -> Result<Shared, Error> {
+        let shared = Shared::new(config)?;
+        shared.restore(config, name.as_ref(), bytes)?;
+        Ok(shared)
+    }
+
+    fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let truncated = |expected: usize| Problem::Truncated {
+            expected: expected as u64,
+            found: bytes.len() as u64,
+        };
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(fail(0, Problem::NotAMemoryFile));
+        }
+        let mut r = Reader { bytes, at: 8 };
+        let version = r.u32().ok_or_else(|| fail(8, truncated(HEADER + 8)))?;
+        if version != VERSION {
+            return Err(fail(
+                8,
+                Problem::Version {
+                    found: version,
+                    supported: VERSION,
+                },
+            ));
+        }
+        if bytes.len() < HEADER + 8 {
+            return Err(fail(bytes.len(), truncated(HEADER + 8)));
+        }
+        let header = |r: &mut Reader<'_>| r.u64().unwrap_or(0);
+        let n_orders = r.u32().unwrap_or(0);
+        if n_orders as usize != SAVED_ORDERS.len() {
+            let (file, config) = (u64::from(n_orders), SAVED_ORDERS.len() as u64);
+            return Err(fail(
+                12,
+                Problem::Incompatible {
+                    field: "recall orders",
+                    file,
+                    config,
+                },
+            ));
+        }
+        for &k in &SAVED_ORDERS {
+            let at = r.at;
+            let file = u64::from(r.u32().unwrap_or(0));
+            if file != k as u64 {
+                let config = k as u64;
+                return Err(fail(
+                    at,
+                    Problem::Incompatible {
+                        field: "recall order",
+                        file,
+                        config,
+                    },
+                ));
+            }
+        }
+        let n_learned = header(&mut r);
+        let _budget = header(&mut r);
+        let _capacity = header(&mut r);
+        let n_tokens = header(&mut r);
+        let n_runs = header(&mut r);
+        let pool_size = header(&mut r);
+        let pool_generation = r.u32().unwrap_or(0);
+        let _ = r.u32();
+        let pool_used = header(&mut r);
+        let expected = [(n_learned, 8), (n_runs, 8), (n_tokens, 4), (pool_size, 8)]
+            .iter()
+            .try_fold(HEADER as u64 + 8, |acc, &(n, size)| {
+                n.checked_mul(size).and_then(|b| acc.checked_add(b))
+            });
+        let Some(expected) = expected else {
+            return Err(fail(
+                48,
+                Problem::Corrupt {
+                    what: "section sizes overflow",
+                },
+            ));
+        };
+        if expected != bytes.len() as u64 {
+            return Err(fail(
+                bytes.len().min(expected as usize),
+                Problem::Truncated {
+                    expected,
+                    found: bytes.len() as u64,
+                },
+            ));
+        }
+        let body = bytes.len() - 8;
+        let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
+        let computed = fnv1a(&bytes[..body]);
+        if stored != computed {
+            return Err(fail(body, Problem::Checksum { stored, computed }));
+        }
+        if n_learned != 0 && n_learned != Learned::NUMBERS as u64 {
+            return Err(fail(
+                48,
+                Problem::Incompatible {
+                    field: "recall learned numbers",
+                    file: n_learned,
+                    config: Learned::NUMBERS as u64,
+                },
+            ));
+        }
+        if pool_size != 0 && pool_size != config.pool_size as u64 {
+            return Err(fail(
+                88,
+                Problem::Incompatible {
+                    field: "pool_size",
+                    file: pool_size,
+                    config: config.pool_size as u64,
+                },
+            ));
+        }
+        if pool_used > pool_size {
+            return Err(fail(
+                104,
+                Problem::Corrupt {
+                    what: "more pool cells used than the pool has",
+                },
+            ));
+        }
+        let numbers: Vec<f64> = (0..n_learned).filter_map(|_| r.f64()).collect();
+        let runs_at = r.at;
+        let runs: Vec<u64> = (0..n_runs).filter_map(|_| r.u64()).collect();
+        if runs.iter().try_fold(0u64, |a, &b| a.checked_add(b)) != Some(n_tokens) {
+            return Err(fail(
+                runs_at,
+                Problem::Corrupt {
+                    what: "request runs do not add up to the tokens held",
+                },
+            ));
+        }
+        let tokens_at = r.at;
+        if n_learned != 0 {
+            let Some(learned) = Learned::from_numbers(&numbers) else {
+                return Err(fail(
+                    HEADER,
+                    Problem::Corrupt {
+                        what: "a learned number is not finite",
+                    },
+                ));
+            };
+            let memory: sync::Arc<RecallMemory> = self.recall_memory();
+            memory.set_learned(learned);
+            let mut at = tokens_at;
+            let mut run = Vec::new();
+            for &len in &runs {
+                run.clear();
+                run.extend((0..len).map(|i| {
+                    let p = at + 4 * i as usize;
+                    u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap_or_default())
+                }));
+                memory.append(&run);
+                at += 4 * len as usize;
+            }
+        } else if n_tokens != 0 {
+            return Err(fail(
+                48,
+                Problem::Corrupt {
+                    what: "tokens without a recall memory",
+                },
+            ));
+        }
+        if pool_size != 0 {
+            let pool: std::sync::Arc<NgramPool> = self.pool()?;
+            let start = tokens_at + 4 * n_tokens as usize;
+            let cells = bytes[start..body]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+            pool.restore(pool_generation, pool_used as usize, cells);
+        }
+        Ok(())
+    }
+}

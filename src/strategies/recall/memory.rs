@@ -1,0 +1,423 @@
+//! recall's engine-wide memory: the tokens of finished requests, indexed by
+//! context like the per-sequence index, in a ring of bounded capacity that
+//! many threads read while one at a time appends.
+//!
+//! # Publication protocol
+//!
+//! Every cell is an atomic, so no interleaving is undefined behaviour; the
+//! orderings make what a reader sees consistent:
+//!
+//! - the writer stores a batch's tokens and links (relaxed), each bucket head
+//!   with `Release` after its link, and finally the end with `Release`;
+//! - a reader loads the end with `Acquire` (so every token before it is
+//!   visible), then the generation (a new chunk or bucket array is published
+//!   before any end that needs it), and each head with `Acquire`.
+//! - Before a batch wraps over the oldest positions, the writer raises the
+//!   floor (`Release`): a reader that starts after that never uses them. A
+//!   reader already walking may read a reused slot; chains only run
+//!   backwards and tags are checked, so the worst case is a wrong draft
+//!   token, which verification rejects.
+//!
+//! `tests/loom.rs` model-checks that a reader never sees a published
+//! position without its token and links.
+
+use crate::drafter::Token;
+use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
+
+use super::index::{tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
+
+/// Positions per chunk (chunks are allocated as the memory fills).
+const CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 10 };
+const CHUNK: u64 = 1 << CHUNK_BITS;
+/// The smallest capacity, in tokens.
+pub(super) const MIN_CAPACITY: u64 = if cfg!(loom) { 4 } else { 1 << 10 };
+
+/// One chunk of positions: tokens and, per position, one link per order
+/// (`tag << 32 | previous end position + 1`; 0: none).
+#[derive(Debug)]
+struct Chunk {
+    tokens: Box<[AtomicU32]>,
+    links: Box<[AtomicU64]>,
+}
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk {
+            tokens: (0..CHUNK).map(|_| AtomicU32::new(0)).collect(),
+            links: (0..CHUNK * K as u64).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+/// What readers hold between publications: the bucket heads and the chunks.
+#[derive(Debug)]
+pub(super) struct Tables {
+    bits: u32,
+    /// `K << bits` heads: the newest end position of each bucket, truncated
+    /// to 32 bits (0: none). Shared by every generation of the same size.
+    heads: Arc<[AtomicU32]>,
+    chunks: Vec<Arc<Chunk>>,
+}
+
+fn atomics32(n: usize) -> Arc<[AtomicU32]> {
+    (0..n).map(|_| AtomicU32::new(0)).collect()
+}
+
+impl Tables {
+    fn bytes(&self) -> usize {
+        4 * self.heads.len() + self.chunks.len() * (CHUNK as usize) * (4 + 8 * K)
+    }
+}
+
+/// The writer's side: one at a time, behind a mutex.
+#[derive(Debug)]
+struct Writer {
+    hasher: Hasher,
+    /// Hashes of the contexts ending at the end.
+    rolling: [u64; K],
+    /// Tokens appended since the last request boundary: no context spans one.
+    run: u64,
+    /// Where each request held starts (the first may have lost its head).
+    starts: std::collections::VecDeque<u64>,
+}
+
+/// recall's engine-wide memory of earlier requests (part of
+/// [`Shared`](crate::Shared)): their tokens in a ring of at most
+/// [`capacity`](RecallMemory::capacity) tokens, oldest forgotten first,
+/// indexed by contexts of 1 to 16 tokens; plus the stop rule's calibration
+/// and the candidate selector's weights, learned from every sequence.
+///
+/// `Send + Sync`: drafting threads read it without locks; a finished request
+/// is appended under a mutex that only writers take.
+#[derive(Debug)]
+pub struct RecallMemory {
+    capacity: u64,
+    /// Published end (logical position one past the newest token).
+    end: AtomicU64,
+    /// The oldest logical position still held.
+    floor: AtomicU64,
+    generation: AtomicU64,
+    tables: RwLock<Arc<Tables>>,
+    writer: Mutex<Writer>,
+    learned: Mutex<super::Learned>,
+}
+
+/// A reader's cached tables, refreshed when the generation moves.
+#[derive(Clone, Debug)]
+pub(super) struct Snapshot {
+    tables: Arc<Tables>,
+    generation: u64,
+}
+
+/// A reader's view for one draft call.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    tables: &'a Tables,
+    end: u64,
+    floor: u64,
+    mask: u64,
+}
+
+impl RecallMemory {
+    /// A memory of at most `budget` bytes: the largest power of two of tokens
+    /// whose 84 bytes each fit (at least 1024 tokens, at most 2^30).
+    pub fn new(budget: usize) -> RecallMemory {
+        let tokens = (budget / BYTES_PER_TOKEN).max(MIN_CAPACITY as usize) as u64;
+        let capacity = (1u64 << (63 - tokens.leading_zeros())).min(1 << 30);
+        RecallMemory {
+            capacity,
+            end: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            tables: RwLock::new(Arc::new(Tables {
+                bits: MIN_BITS,
+                heads: atomics32(K << MIN_BITS),
+                chunks: Vec::new(),
+            })),
+            writer: Mutex::new(Writer {
+                hasher: Hasher::new(),
+                rolling: [0; K],
+                run: 0,
+                starts: std::collections::VecDeque::new(),
+            }),
+            learned: Mutex::new(super::Learned::new()),
+        }
+    }
+
+    /// Tokens it can hold; older ones are forgotten first.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Tokens held now.
+    pub fn len(&self) -> usize {
+        let end = self.end.load(Ordering::Acquire);
+        (end - self.floor.load(Ordering::Acquire).min(end)) as usize
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tokens appended over its lifetime, forgotten ones included.
+    pub fn appended(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Heap bytes held: at most [`capacity`](RecallMemory::capacity) x 84,
+    /// plus the learned tables (a fixed ~14 KiB).
+    pub fn heap_bytes(&self) -> usize {
+        read_arc(&self.tables).bytes() + super::Learned::BYTES
+    }
+
+    /// The tokens held, oldest first, and the length of each request's run
+    /// of them (for saving: appending the runs in order rebuilds the same
+    /// memory).
+    pub fn runs(&self) -> (Vec<Token>, Vec<u64>) {
+        let w = lock(&self.writer);
+        let mut snapshot = self.snapshot();
+        let view = self.view(&mut snapshot);
+        let tokens = (view.floor..view.end).map(|p| view.token(p)).collect();
+        let mut lengths = Vec::with_capacity(w.starts.len());
+        for (i, &start) in w.starts.iter().enumerate() {
+            let next = w.starts.get(i + 1).copied().unwrap_or(view.end);
+            lengths.push(next - start.max(view.floor));
+        }
+        (tokens, lengths)
+    }
+
+    pub(super) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            generation: self.generation.load(Ordering::Acquire),
+            tables: read_arc(&self.tables),
+        }
+    }
+
+    /// The view for one draft call, refreshing `snapshot` if the tables moved.
+    pub(super) fn view<'a>(&self, snapshot: &'a mut Snapshot) -> View<'a> {
+        // The end first: the tables it needs were published before it.
+        let end = self.end.load(Ordering::Acquire);
+        let floor = self.floor.load(Ordering::Acquire);
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation != snapshot.generation {
+            *snapshot = self.snapshot();
+        }
+        View {
+            tables: &snapshot.tables,
+            end,
+            floor: floor.min(end),
+            mask: self.capacity - 1,
+        }
+    }
+
+    pub(super) fn learned(&self) -> &Mutex<super::Learned> {
+        &self.learned
+    }
+
+    /// Appends one request's tokens, after a boundary (no context spans two
+    /// requests); of more than [`capacity`](RecallMemory::capacity) tokens,
+    /// the most recent part. Readers go on meanwhile; other writers wait.
+    /// Returns the logical position of the first token appended.
+    pub fn append(&self, tokens: &[Token]) -> u64 {
+        if tokens.is_empty() {
+            return self.end.load(Ordering::Acquire);
+        }
+        let mut w = lock(&self.writer);
+        let tokens = &tokens[tokens.len().saturating_sub(self.capacity as usize)..];
+        let start = self.end.load(Ordering::Relaxed);
+        let new_end = start + tokens.len() as u64;
+        // Raise the floor before any slot below it is reused.
+        if new_end > self.capacity {
+            self.floor.store(new_end - self.capacity, Ordering::Release);
+        }
+        let tables = self.ensure(new_end);
+        w.run = 0;
+        w.starts.push_back(start);
+        let floor = new_end.saturating_sub(self.capacity);
+        while w.starts.len() > 1 && w.starts[1] <= floor {
+            w.starts.pop_front();
+        }
+        for (p, &t) in (start..).zip(tokens) {
+            self.write(&tables, &mut w, p, t);
+        }
+        self.end.store(new_end, Ordering::Release);
+        start
+    }
+
+    /// Chunks for every position below `new_end` and buckets for its load,
+    /// published before any end that needs them.
+    fn ensure(&self, new_end: u64) -> Arc<Tables> {
+        let tables = read_arc(&self.tables);
+        let held = new_end.min(self.capacity);
+        let chunks = held.div_ceil(CHUNK) as usize;
+        let max_bits = (self.capacity / 2).trailing_zeros().max(MIN_BITS);
+        let bits = if held > (MAX_LOAD as u64) << tables.bits {
+            (held.next_power_of_two() / 2)
+                .trailing_zeros()
+                .clamp(MIN_BITS, max_bits)
+        } else {
+            tables.bits
+        };
+        if chunks <= tables.chunks.len() && bits == tables.bits {
+            return tables;
+        }
+        let mut next = Tables {
+            bits,
+            heads: Arc::clone(&tables.heads),
+            chunks: tables.chunks.clone(),
+        };
+        while next.chunks.len() < chunks {
+            next.chunks.push(Arc::new(Chunk::new()));
+        }
+        if bits != tables.bits {
+            next.heads = atomics32(K << bits);
+            self.rechain(&next);
+        }
+        let next = Arc::new(next);
+        write_arc(&self.tables, Arc::clone(&next));
+        self.generation.fetch_add(1, Ordering::Release);
+        next
+    }
+
+    /// Re-chains every held context into `next`'s buckets from its stored
+    /// tag. Readers on the old tables may miss entries meanwhile (each new
+    /// chain is a subset of an old one): never more.
+    fn rechain(&self, next: &Tables) {
+        let view = View {
+            tables: next,
+            end: self.end.load(Ordering::Relaxed),
+            floor: self.floor.load(Ordering::Relaxed),
+            mask: self.capacity - 1,
+        };
+        let shift = 32 - next.bits;
+        for e in view.floor + 1..=view.end {
+            let Some((chunk, at)) = view.cell(e - 1) else {
+                continue;
+            };
+            for o in 0..K {
+                let cell = &chunk.links[at * K + o];
+                let link = cell.load(Ordering::Relaxed);
+                if link == 0 {
+                    continue;
+                }
+                let tag = (link >> 32) as u32;
+                let head = &next.heads[(o << next.bits) | (tag >> shift) as usize];
+                let previous = head.load(Ordering::Relaxed);
+                cell.store(
+                    u64::from(tag) << 32 | u64::from(previous),
+                    Ordering::Relaxed,
+                );
+                head.store(e as u32, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes the token at logical position `p` and indexes the contexts
+    /// ending after it.
+    fn write(&self, tables: &Tables, w: &mut Writer, p: u64, t: Token) {
+        let view = View {
+            tables,
+            end: p + 1,
+            floor: 0,
+            mask: self.capacity - 1,
+        };
+        let Some((chunk, at)) = view.cell(p) else {
+            return;
+        };
+        chunk.tokens[at].store(t, Ordering::Relaxed);
+        w.run += 1;
+        let len = p + 1;
+        let Writer {
+            hasher,
+            rolling,
+            run,
+            ..
+        } = w;
+        hasher.roll(rolling, len - *run, len, |j| view.token(j));
+        let shift = 32 - tables.bits;
+        for (o, &k) in ORDERS.iter().enumerate() {
+            let cell = &chunk.links[at * K + o];
+            if *run < k as u64 {
+                // A context across the boundary: not indexed.
+                cell.store(0, Ordering::Relaxed);
+                continue;
+            }
+            let tag = tag_of(rolling[o]);
+            let head = &tables.heads[(o << tables.bits) | (tag >> shift) as usize];
+            let previous = head.load(Ordering::Relaxed);
+            cell.store(
+                u64::from(tag) << 32 | u64::from(previous),
+                Ordering::Relaxed,
+            );
+            // The link is visible to whoever sees the head.
+            head.store(len as u32, Ordering::Release);
+        }
+    }
+}
+
+impl View<'_> {
+    /// The chunk and offset of logical position `p`.
+    #[inline]
+    fn cell(&self, p: u64) -> Option<(&Chunk, usize)> {
+        let slot = p & self.mask;
+        let chunk = self.tables.chunks.get((slot >> CHUNK_BITS) as usize)?;
+        Some((chunk, (slot & (CHUNK - 1)) as usize))
+    }
+
+    /// Whether nothing is held.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.end == self.floor
+    }
+
+    /// A 32-bit end position as a logical one, if it can still be held.
+    #[inline]
+    fn widen(&self, e: u32) -> Option<u64> {
+        if e == 0 {
+            return None;
+        }
+        // Ahead of the end: written by a batch not yet published (its links
+        // are, its tokens are not used). Capacities stay below 2^30, so
+        // ahead and behind cannot be confused.
+        let ahead = u64::from(e.wrapping_sub(self.end as u32));
+        if ahead <= self.mask + 1 {
+            return Some(self.end + ahead);
+        }
+        let back = u64::from((self.end as u32).wrapping_sub(e));
+        (back <= self.mask + 1 && back <= self.end).then(|| self.end - back)
+    }
+}
+
+impl Chains for View<'_> {
+    #[inline]
+    fn end(&self) -> u64 {
+        self.end
+    }
+    #[inline]
+    fn floor(&self) -> u64 {
+        self.floor
+    }
+    #[inline]
+    fn token(&self, p: u64) -> Token {
+        self.cell(p)
+            .map_or(Token::MAX, |(c, at)| c.tokens[at].load(Ordering::Relaxed))
+    }
+    #[inline]
+    fn first(&self, o: usize, tag: u32) -> Option<u64> {
+        let shift = 32 - self.tables.bits;
+        let head = self
+            .tables
+            .heads
+            .get((o << self.tables.bits) | (tag >> shift) as usize)?;
+        self.widen(head.load(Ordering::Acquire))
+    }
+    #[inline]
+    fn link(&self, e: u64, o: usize) -> (u32, Option<u64>) {
+        let Some((chunk, at)) = self.cell(e.wrapping_sub(1)) else {
+            return (0, None);
+        };
+        let link = chunk.links[at * K + o].load(Ordering::Relaxed);
+        ((link >> 32) as u32, self.widen(link as u32))
+    }
+}

@@ -1,0 +1,36 @@
+//! The synchronization primitives the engine-wide state is built from: the
+//! standard library's, or `loom`'s under `--cfg loom`, so that the publication
+//! protocol of recall's memory can be model-checked (`tests/loom.rs`).
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+/// Locks `m`, ignoring poisoning: every critical section of this crate leaves
+/// its data consistent at each step (counters, appended tokens), so a panic
+/// elsewhere while it was held does not make it unusable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A clone of the `Arc` behind `l` (a read lock held for the clone only).
+pub(crate) fn read_arc<T>(l: &RwLock<Arc<T>>) -> Arc<T> {
+    match l.read() {
+        Ok(g) => Arc::clone(&g),
+        Err(e) => Arc::clone(&e.into_inner()),
+    }
+}
+
+/// Replaces the `Arc` behind `l` (a write lock held for the swap only).
+pub(crate) fn write_arc<T>(l: &RwLock<Arc<T>>, value: Arc<T>) {
+    match l.write() {
+        Ok(mut g) => *g = value,
+        Err(e) => *e.into_inner() = value,
+    }
+}
