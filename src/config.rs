@@ -26,13 +26,24 @@ pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
 
 pub use crate::strategies::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 
-/// Smallest `memory_budget` / `sequence_budget`: 64 KiB (below it recall
-/// holds its minimum of 1024 tokens anyway).
+/// Smallest [`Budget`](crate::Budget) part: 64 KiB (below it recall holds
+/// its minimum of 1024 tokens anyway).
 pub const MIN_BUDGET: usize = 64 << 10;
 
-/// Largest `memory_budget` / `sequence_budget`: 64 GiB (recall holds at
-/// most 2^30 tokens).
+/// Largest [`Budget`](crate::Budget) part: 64 GiB (recall holds at most
+/// 2^30 tokens).
 pub const MAX_BUDGET: usize = 64 << 30;
+
+/// Checks `value` against `min..=max` (the one range check of the crate).
+pub(crate) fn check_range(
+    context: &'static str,
+    field: &'static str,
+    value: usize,
+    min: usize,
+    max: usize,
+) -> Result<(), Error> {
+    range(context, field, value, min, max)
+}
 
 /// One drafting strategy and its parameters.
 ///
@@ -363,14 +374,6 @@ pub struct Config {
     pub draft_min: usize,
     /// Cells of the ngram-mod pool (8 bytes each; default 4 Mi, llama.cpp's size).
     pub pool_size: usize,
-    /// Bytes of recall's engine-wide memory of earlier requests ([`Shared`](crate::Shared)):
-    /// default 256 MiB ([`DEFAULT_MEMORY_BUDGET`]), that is 2 Mi tokens at 84 bytes each
-    /// (rounded down to a power of two of tokens); the oldest requests are forgotten first.
-    pub memory_budget: usize,
-    /// Bytes of recall's per-sequence index of the current session: default 64 MiB
-    /// ([`DEFAULT_SEQUENCE_BUDGET`]), 512 Ki tokens; a longer session or prompt keeps
-    /// its most recent part.
-    pub sequence_budget: usize,
 }
 
 impl Default for Config {
@@ -381,8 +384,6 @@ impl Default for Config {
             draft_max: 16,
             draft_min: 0,
             pool_size: DEFAULT_POOL_SIZE,
-            memory_budget: DEFAULT_MEMORY_BUDGET,
-            sequence_budget: DEFAULT_SEQUENCE_BUDGET,
         }
     }
 }
@@ -436,12 +437,6 @@ impl Config {
         self
     }
 
-    /// Sets `memory_budget` (bytes of recall's engine-wide memory).
-    pub fn with_memory_budget(mut self, memory_budget: usize) -> Config {
-        self.memory_budget = memory_budget;
-        self
-    }
-
     /// Sets `pool_size` (ngram-mod cells).
     pub fn with_pool_size(mut self, pool_size: usize) -> Config {
         self.pool_size = pool_size;
@@ -467,20 +462,6 @@ impl Config {
             });
         }
         range("config", "pool_size", self.pool_size, 1, MAX_POOL_SIZE)?;
-        range(
-            "config",
-            "memory_budget",
-            self.memory_budget,
-            MIN_BUDGET,
-            MAX_BUDGET,
-        )?;
-        range(
-            "config",
-            "sequence_budget",
-            self.sequence_budget,
-            MIN_BUDGET,
-            MAX_BUDGET,
-        )?;
         self.strategies.iter().try_for_each(Strategy::validate)
     }
 }

@@ -85,7 +85,7 @@ mod sync;
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, Token};
 pub use error::{Error, MemoryFileProblem};
-pub use shared::Shared;
+pub use shared::{Budget, Shared};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;

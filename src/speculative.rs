@@ -52,8 +52,8 @@ impl Speculative {
     /// The chain `config` describes on the engine-wide state `shared`: every
     /// ngram-mod strategy uses its pool and recall its memory, so that what
     /// one sequence learns serves all. Build one per sequence or per request,
-    /// on any thread (`config`'s `pool_size` and `memory_budget` are the
-    /// ones `shared` was made with).
+    /// on any thread (the pool has the `pool_size` of the config `shared`
+    /// was made with).
     ///
     /// ```
     /// use selfspec::{Config, Shared, Speculative};
@@ -114,7 +114,7 @@ impl Speculative {
                 Strategy::Recall { threshold_permille } => Box::new(Recall::with_memory(
                     threshold_permille as f64 / 1000.0,
                     shared.recall_memory(),
-                    config.sequence_budget,
+                    shared.budget().sequence,
                 )),
                 Strategy::NgramMod { n } => {
                     let p = shared.pool()?;

@@ -20,10 +20,10 @@
 
 use std::path::Path;
 
-use super::Shared;
+use super::{Budget, Shared};
 use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;
-use crate::strategies::{Learned, NgramPool, RecallMemory, SAVED_ORDERS};
+use crate::strategies::{NgramPool, RecallMemory, LEARNED_NUMBERS, SAVED_ORDERS};
 use crate::sync;
 use crate::Error;
 
@@ -116,7 +116,7 @@ impl Shared {
         let pool = self.existing_pool();
         let learned = recall
             .as_ref()
-            .map(|m| m.learned_copy().to_numbers())
+            .map(|m| m.learned_numbers())
             .unwrap_or_default();
         let (tokens, runs) = recall.as_ref().map(|m| m.runs()).unwrap_or_default();
         let mut out =
@@ -136,7 +136,7 @@ impl Shared {
         };
         for field in [
             learned.len() as u64,
-            self.inner.memory_budget as u64,
+            self.inner.budget.memory as u64,
             recall.as_ref().map_or(0, |m| m.capacity() as u64),
             tokens.len() as u64,
             runs.len() as u64,
@@ -170,15 +170,24 @@ impl Shared {
 
     /// Loads what [`save`](Shared::save) wrote, for `config`: drafters built
     /// on it draft exactly as they did on the saved one. A memory larger
-    /// than `config.memory_budget` keeps its most recent requests.
+    /// than the budget keeps its most recent requests.
     ///
     /// Errors ([`Error::MemoryFile`], naming the file and the byte offset):
     /// a missing or unreadable file, a file that is not a memory file, of
     /// another format version, truncated, with a wrong checksum, or built
     /// with another pool size or other recall orders than `config` uses.
     pub fn load(config: &Config, path: impl AsRef<Path>) -> Result<Shared, Error> {
+        Shared::load_with_budget(config, Budget::default(), path)
+    }
+
+    /// Like [`load`](Shared::load), with recall's memory held to `budget`.
+    pub fn load_with_budget(
+        config: &Config,
+        budget: Budget,
+        path: impl AsRef<Path>,
+    ) -> Result<Shared, Error> {
         let path = path.as_ref();
-        let shared = Shared::new(config)?;
+        let shared = Shared::with_budget(config, budget)?;
         let bytes = std::fs::read(path).map_err(|e| io(path, &e))?;
         shared.restore(config, path, &bytes)?;
         Ok(shared)
@@ -283,13 +292,13 @@ impl Shared {
         if stored != computed {
             return Err(fail(body, Problem::Checksum { stored, computed }));
         }
-        if n_learned != 0 && n_learned != Learned::NUMBERS as u64 {
+        if n_learned != 0 && n_learned != LEARNED_NUMBERS as u64 {
             return Err(fail(
                 48,
                 Problem::Incompatible {
                     field: "recall learned numbers",
                     file: n_learned,
-                    config: Learned::NUMBERS as u64,
+                    config: LEARNED_NUMBERS as u64,
                 },
             ));
         }
@@ -324,16 +333,11 @@ impl Shared {
         }
         let tokens_at = r.at;
         if n_learned != 0 {
-            let Some(learned) = Learned::from_numbers(&numbers) else {
-                return Err(fail(
-                    HEADER,
-                    Problem::Corrupt {
-                        what: "a learned number is not finite",
-                    },
-                ));
-            };
             let memory: sync::Arc<RecallMemory> = self.recall_memory();
-            memory.set_learned(learned);
+            if !memory.set_learned_numbers(&numbers) {
+                let what = "a learned number is not a whole, non-negative count or not finite";
+                return Err(fail(HEADER, Problem::Corrupt { what }));
+            }
             let mut at = tokens_at;
             let mut run = Vec::new();
             for &len in &runs {

@@ -5,8 +5,9 @@ mod file;
 
 use std::sync::{Arc, Mutex};
 
-use crate::config::Config;
+use crate::config::{check_range, Config, MAX_BUDGET, MIN_BUDGET};
 use crate::strategies::{NgramPool, RecallMemory};
+use crate::strategies::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 use crate::sync;
 use crate::Error;
 
@@ -15,8 +16,8 @@ use crate::Error;
 /// It holds what strategies learn across sequences:
 /// - ngram-mod's [`NgramPool`] (`config.pool_size` cells);
 /// - recall's [`RecallMemory`]: the tokens of finished requests, indexed
-///   (at most `config.memory_budget` bytes, oldest requests forgotten
-///   first), its stop rule's calibration and its selector's weights.
+///   (at most [`Budget::memory`] bytes, oldest requests forgotten first),
+///   its stop rule's calibration and its selector's weights.
 ///
 /// The other strategies keep only per-sequence state. Each part is made on
 /// first need (a `Shared` for a chain without recall holds no recall memory).
@@ -45,10 +46,55 @@ pub struct Shared {
     inner: Arc<Inner>,
 }
 
+/// How much memory recall may hold: the engine-wide memory and each
+/// sequence's own index (bytes; 84 per token, rounded down to a power of
+/// two of tokens). Memory is forgotten oldest first, never wiped: the
+/// engine-wide memory forgets the oldest requests, a sequence's index the
+/// oldest half of a session longer than its budget (the request in flight
+/// keeps its recent history; a prompt larger than the budget is indexed as
+/// far as the budget allows, its most recent part).
+///
+/// ```
+/// use selfspec::{Budget, Config, Shared};
+///
+/// let budget = Budget { memory: 64 << 20, ..Budget::default() };
+/// let shared = Shared::with_budget(&Config::recommended(), budget)?;
+/// assert_eq!(shared.budget().memory, 64 << 20);
+/// assert!(Shared::with_budget(&Config::recommended(), Budget { memory: 0, ..budget }).is_err());
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Budget {
+    /// recall's engine-wide memory of earlier requests: default 256 MiB
+    /// ([`DEFAULT_MEMORY_BUDGET`]), 2 Mi tokens.
+    pub memory: usize,
+    /// recall's per-sequence index of the current session: default 64 MiB
+    /// ([`DEFAULT_SEQUENCE_BUDGET`]), 512 Ki tokens.
+    pub sequence: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            memory: DEFAULT_MEMORY_BUDGET,
+            sequence: DEFAULT_SEQUENCE_BUDGET,
+        }
+    }
+}
+
+impl Budget {
+    /// Checks both parts against [`MIN_BUDGET`]`..=`[`MAX_BUDGET`].
+    pub fn validate(&self) -> Result<(), Error> {
+        check_range("budget", "memory", self.memory, MIN_BUDGET, MAX_BUDGET)?;
+        check_range("budget", "sequence", self.sequence, MIN_BUDGET, MAX_BUDGET)
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     pool_size: usize,
-    memory_budget: usize,
+    budget: Budget,
     pool: Mutex<Option<Arc<NgramPool>>>,
     recall: Mutex<Option<sync::Arc<RecallMemory>>>,
 }
@@ -57,25 +103,36 @@ impl Shared {
     /// The engine-wide state for `config` (validated); nothing large is
     /// allocated until a sequence needs it.
     pub fn new(config: &Config) -> Result<Shared, Error> {
+        Shared::with_budget(config, Budget::default())
+    }
+
+    /// Like [`new`](Shared::new), with recall's memory held to `budget`.
+    pub fn with_budget(config: &Config, budget: Budget) -> Result<Shared, Error> {
         config.validate()?;
-        Ok(Shared::unchecked(config, None))
+        budget.validate()?;
+        Ok(Shared::unchecked(config, budget, None))
     }
 
     /// Like [`new`](Shared::new), with an existing ngram-mod pool.
     pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Shared, Error> {
         config.validate()?;
-        Ok(Shared::unchecked(config, Some(pool)))
+        Ok(Shared::unchecked(config, Budget::default(), Some(pool)))
     }
 
-    fn unchecked(config: &Config, pool: Option<Arc<NgramPool>>) -> Shared {
+    fn unchecked(config: &Config, budget: Budget, pool: Option<Arc<NgramPool>>) -> Shared {
         Shared {
             inner: Arc::new(Inner {
                 pool_size: config.pool_size,
-                memory_budget: config.memory_budget,
+                budget,
                 pool: Mutex::new(pool),
                 recall: Mutex::new(None),
             }),
         }
+    }
+
+    /// recall's budgets.
+    pub fn budget(&self) -> Budget {
+        self.inner.budget
     }
 
     /// The ngram-mod pool, made on first call.
@@ -102,7 +159,7 @@ impl Shared {
     pub fn recall_memory(&self) -> sync::Arc<RecallMemory> {
         let mut recall = self.inner.recall.lock().unwrap_or_else(|e| e.into_inner());
         recall
-            .get_or_insert_with(|| sync::Arc::new(RecallMemory::new(self.inner.memory_budget)))
+            .get_or_insert_with(|| sync::Arc::new(RecallMemory::new(self.inner.budget.memory)))
             .clone()
     }
 
@@ -116,7 +173,7 @@ impl Shared {
     }
 
     /// Heap bytes of the engine-wide state: the pool's cells and recall's
-    /// memory (at most `memory_budget` plus ~14 KiB of learned tables).
+    /// memory (at most [`Budget::memory`] plus ~7 KiB of learned tables).
     pub fn heap_bytes(&self) -> usize {
         self.existing_pool().map_or(0, |p| p.size_bytes())
             + self.existing_recall_memory().map_or(0, |m| m.heap_bytes())

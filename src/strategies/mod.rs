@@ -60,8 +60,8 @@ pub use ngram_cache::{LookupCache, NgramCache, NGRAM_SIZES, NGRAM_STATIC, N_DRAF
 pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
 pub use ngram_mod::{NgramMod, NgramPool, EMPTY};
 pub use ngram_simple::NgramSimple;
-pub(crate) use recall::{Learned, SAVED_ORDERS};
 pub use recall::{
     Recall, RecallMemory, DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET,
     DEFAULT_THRESHOLD_PERMILLE,
 };
+pub(crate) use recall::{LEARNED_NUMBERS, SAVED_ORDERS};

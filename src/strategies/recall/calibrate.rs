@@ -2,6 +2,7 @@
 //! table of cells calibrated online from the engine's verifications.
 
 use super::index::K;
+use crate::sync::{AtomicU64, Ordering};
 
 /// Vote-share buckets.
 const SHARE_BUCKETS: usize = 6;
@@ -64,41 +65,86 @@ fn share_bucket(share: f64) -> usize {
     }
 }
 
-/// Accepted / tried per cell.
-#[derive(Clone, Debug, PartialEq)]
+/// Verifications at which a cell's counts are halved, so that they keep
+/// adapting (and fit their 32 bits).
+const HALVE_AT: u64 = 1 << 30;
+
+/// Accepted / tried per cell, engine-wide: every sequence reads and counts
+/// into the same cells, so that a new drafter starts calibrated and 32
+/// sequences in flight calibrate each other as they go (merging per-sequence
+/// counts every 64 draft calls instead cost 0.02-0.06 tau on the 32-slot
+/// replays: chat 1.469 vs 1.500, code 1.911 vs 1.981).
+#[derive(Debug)]
 pub(super) struct Calibration {
-    pub(super) cells: Box<[(f64, f64); CELLS]>,
+    /// Per cell: accepted (high 32 bits) and tried (low 32 bits).
+    cells: Box<[AtomicU64]>,
+}
+
+/// One cell's counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts(u64);
+
+impl Counts {
+    fn new(accepted: u64, tried: u64) -> Counts {
+        Counts(accepted.min(tried) << 32 | tried)
+    }
+    fn accepted(self) -> u64 {
+        self.0 >> 32
+    }
+    fn tried(self) -> u64 {
+        self.0 & 0xFFFF_FFFF
+    }
 }
 
 impl Calibration {
     pub(super) fn new() -> Calibration {
         Calibration {
-            cells: Box::new([(0.0, 0.0); CELLS]),
+            cells: (0..CELLS).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    fn counts(&self, cell: Cell) -> Counts {
+        Counts(self.cells[cell.index()].load(Ordering::Relaxed))
     }
 
     /// The calibrated acceptance probability of a token in `cell` whose
-    /// raw estimate is `prior`, with `delta` (this sequence's observations
-    /// not yet merged) added.
-    pub(super) fn probability(&self, delta: &Calibration, cell: Cell, prior: f64) -> f64 {
-        let (a, t) = self.cells[cell.index()];
-        let (da, dt) = delta.cells[cell.index()];
-        (a + da + PRIOR_WEIGHT * prior) / (t + dt + PRIOR_WEIGHT)
+    /// raw estimate is `prior`.
+    pub(super) fn probability(&self, cell: Cell, prior: f64) -> f64 {
+        let c = self.counts(cell);
+        (c.accepted() as f64 + PRIOR_WEIGHT * prior) / (c.tried() as f64 + PRIOR_WEIGHT)
     }
 
     /// Counts one verification of a token in `cell`.
-    pub(super) fn record(&mut self, cell: Cell, accepted: bool) {
-        let c = &mut self.cells[cell.index()];
-        c.0 += f64::from(u8::from(accepted));
-        c.1 += 1.0;
+    pub(super) fn record(&self, cell: Cell, accepted: bool) {
+        let add = u64::from(accepted) << 32 | 1;
+        let c = &self.cells[cell.index()];
+        let before = Counts(c.fetch_add(add, Ordering::Relaxed));
+        if before.tried() + 1 >= HALVE_AT {
+            // Halve; a count racing in meanwhile is lost, which is harmless.
+            let now = Counts(c.load(Ordering::Relaxed));
+            let half = Counts::new(now.accepted() / 2, now.tried() / 2);
+            let _ = c.compare_exchange(now.0, half.0, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
-    /// Adds `delta`'s counts and clears it.
-    pub(super) fn merge(&mut self, delta: &mut Calibration) {
-        for (c, d) in self.cells.iter_mut().zip(delta.cells.iter_mut()) {
-            c.0 += d.0;
-            c.1 += d.1;
-            *d = (0.0, 0.0);
+    /// (accepted, tried) of every cell, for saving.
+    pub(super) fn numbers(&self) -> impl Iterator<Item = [f64; 2]> + '_ {
+        self.cells.iter().map(|c| {
+            let c = Counts(c.load(Ordering::Relaxed));
+            [c.accepted() as f64, c.tried() as f64]
+        })
+    }
+
+    /// Sets the cells from pairs of whole, non-negative counts; false (and
+    /// nothing set) when a pair is not one.
+    pub(super) fn set(&self, pairs: &[f64]) -> bool {
+        let whole = |x: f64| x >= 0.0 && x < HALVE_AT as f64 && x.fract() == 0.0;
+        if pairs.len() != 2 * CELLS || !pairs.iter().all(|&x| whole(x)) {
+            return false;
         }
+        for (c, p) in self.cells.iter().zip(pairs.chunks_exact(2)) {
+            c.store(Counts::new(p[0] as u64, p[1] as u64).0, Ordering::Relaxed);
+        }
+        true
     }
 }

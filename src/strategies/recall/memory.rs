@@ -24,7 +24,9 @@
 use crate::drafter::Token;
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
 
+use super::calibrate::{Calibration, CELLS};
 use super::index::{tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
+use super::score::Weights;
 
 /// Positions per chunk (chunks are allocated as the memory fills).
 const CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 10 };
@@ -100,6 +102,7 @@ pub struct RecallMemory {
     tables: RwLock<Arc<Tables>>,
     writer: Mutex<Writer>,
     learned: Mutex<super::Learned>,
+    calibration: Calibration,
 }
 
 /// A reader's cached tables, refreshed when the generation moves.
@@ -140,7 +143,10 @@ impl RecallMemory {
                 run: 0,
                 starts: std::collections::VecDeque::new(),
             }),
-            learned: Mutex::new(super::Learned::new()),
+            learned: Mutex::new(super::Learned {
+                weights: Weights::new(),
+            }),
+            calibration: Calibration::new(),
         }
     }
 
@@ -168,7 +174,7 @@ impl RecallMemory {
     /// Heap bytes held: at most [`capacity`](RecallMemory::capacity) x 84,
     /// plus the learned tables (a fixed ~14 KiB).
     pub fn heap_bytes(&self) -> usize {
-        read_arc(&self.tables).bytes() + super::Learned::BYTES
+        read_arc(&self.tables).bytes() + 8 * CELLS + std::mem::size_of::<super::Learned>()
     }
 
     /// The tokens held, oldest first, and the length of each request's run
@@ -215,31 +221,54 @@ impl RecallMemory {
         &self.learned
     }
 
+    pub(super) fn calibration(&self) -> &Calibration {
+        &self.calibration
+    }
+
     /// Appends one request's tokens, after a boundary (no context spans two
     /// requests); of more than [`capacity`](RecallMemory::capacity) tokens,
     /// the most recent part. Readers go on meanwhile; other writers wait.
     /// Returns the logical position of the first token appended.
     pub fn append(&self, tokens: &[Token]) -> u64 {
+        self.append_after(&[], tokens)
+    }
+
+    /// Appends `tokens` that continue `context` (the tokens before them in
+    /// their request, at most the longest order counts): the contexts that
+    /// reach back into `context` are indexed too. This is how a request in
+    /// flight publishes its tokens piece by piece.
+    pub(super) fn append_after(&self, context: &[Token], tokens: &[Token]) -> u64 {
         if tokens.is_empty() {
             return self.end.load(Ordering::Acquire);
         }
         let mut w = lock(&self.writer);
         let tokens = &tokens[tokens.len().saturating_sub(self.capacity as usize)..];
         let start = self.end.load(Ordering::Relaxed);
+        let keep = ORDERS[K - 1].min(usize::try_from(start).unwrap_or(usize::MAX));
+        let context = &context[context.len().saturating_sub(keep)..];
         let new_end = start + tokens.len() as u64;
         // Raise the floor before any slot below it is reused.
         if new_end > self.capacity {
             self.floor.store(new_end - self.capacity, Ordering::Release);
         }
         let tables = self.ensure(new_end);
-        w.run = 0;
         w.starts.push_back(start);
         let floor = new_end.saturating_sub(self.capacity);
         while w.starts.len() > 1 && w.starts[1] <= floor {
             w.starts.pop_front();
         }
+        // The context's hashes, as if it stood before `start`.
+        w.run = 0;
+        let virtual_start = start.wrapping_sub(context.len() as u64);
+        for i in 1..=context.len() {
+            w.run += 1;
+            let Writer {
+                hasher, rolling, ..
+            } = &mut *w;
+            hasher.roll(rolling, 0, i as u64, |j| context[j as usize]);
+        }
         for (p, &t) in (start..).zip(tokens) {
-            self.write(&tables, &mut w, p, t);
+            self.write(&tables, &mut w, p, t, (virtual_start, context));
         }
         self.end.store(new_end, Ordering::Release);
         start
@@ -315,7 +344,7 @@ impl RecallMemory {
 
     /// Writes the token at logical position `p` and indexes the contexts
     /// ending after it.
-    fn write(&self, tables: &Tables, w: &mut Writer, p: u64, t: Token) {
+    fn write(&self, tables: &Tables, w: &mut Writer, p: u64, t: Token, context: (u64, &[Token])) {
         let view = View {
             tables,
             end: p + 1,
@@ -334,7 +363,15 @@ impl RecallMemory {
             run,
             ..
         } = w;
-        hasher.roll(rolling, len - *run, len, |j| view.token(j));
+        let (virtual_start, context) = context;
+        let start = virtual_start.wrapping_add(context.len() as u64);
+        hasher.roll(rolling, len - *run, len, |j| {
+            if j < start {
+                context[(j.wrapping_sub(virtual_start)) as usize]
+            } else {
+                view.token(j)
+            }
+        });
         let shift = 32 - tables.bits;
         for (o, &k) in ORDERS.iter().enumerate() {
             let cell = &chunk.links[at * K + o];

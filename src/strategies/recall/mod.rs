@@ -21,7 +21,7 @@ use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::strategies::Roomy;
 use crate::sync::{lock, Arc};
 
-use calibrate::{m_bucket, Calibration, Cell};
+use calibrate::{m_bucket, Cell};
 use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K, ORDERS};
 use memory::{Snapshot, View};
 use score::{Features, Weights};
@@ -59,10 +59,13 @@ const SESSION_MIN_COMMON: usize = 64;
 /// Steps between the probes of a new prompt for text the memory already holds.
 const KNOWN_STRIDE: usize = 64;
 /// Memory ranges remembered as copies of this sequence's own text.
-const MIRRORED: usize = 8;
-/// Draft calls between two merges of what this sequence learned into the
-/// engine-wide tables (and back): with 32 sequences in flight, merging only
-/// when a request ends left the first 32 requests uncalibrated.
+const MIRRORED: usize = 32;
+/// A request in flight publishes its tokens to the engine-wide memory once
+/// this many are new, so that the requests decoded beside it draft from
+/// them (parallel sampling, agent fan-out, similar tasks in one batch).
+const PUBLISH_EVERY: u64 = 64;
+/// Draft calls between two merges of this sequence's selector steps into the
+/// engine-wide weights (and back).
 const SYNC_EVERY: u32 = 64;
 
 /// The default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
@@ -74,79 +77,38 @@ pub const DEFAULT_SEQUENCE_BUDGET: usize = 64 << 20;
 /// The default stop threshold in thousandths (0.13).
 pub const DEFAULT_THRESHOLD_PERMILLE: usize = 130;
 
-/// What every sequence learns for all: the stop rule's calibration and the
-/// selector's weights.
+/// The selector's weights as every sequence learned them (behind a mutex in
+/// the memory; each drafter keeps a copy and its own steps since, merged
+/// every [`SYNC_EVERY`] draft calls).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Learned {
-    calibration: Calibration,
     weights: Weights,
 }
 
-impl Learned {
-    /// Heap and inline bytes of one.
-    const BYTES: usize =
-        std::mem::size_of::<[(f64, f64); calibrate::CELLS]>() + std::mem::size_of::<Learned>();
+/// How many numbers a memory's learned tables save as: (accepted, tried)
+/// per calibration cell, then the selector's weights.
+pub(crate) const LEARNED_NUMBERS: usize = 2 * calibrate::CELLS + score::F;
 
-    fn new() -> Learned {
-        Learned {
-            calibration: Calibration::new(),
-            weights: Weights::new(),
-        }
-    }
-
-    fn zero() -> Learned {
-        Learned {
-            calibration: Calibration::new(),
-            weights: Weights::zero(),
-        }
-    }
-
-    /// The flat numbers, for saving: calibration cells (accepted, tried),
-    /// then the weights.
-    pub(crate) fn to_numbers(&self) -> Vec<f64> {
-        let mut out: Vec<f64> = self
-            .calibration
-            .cells
-            .iter()
-            .flat_map(|&(a, t)| [a, t])
-            .collect();
-        out.extend_from_slice(&self.weights.0);
+impl RecallMemory {
+    /// The learned tables as numbers (saving).
+    pub(crate) fn learned_numbers(&self) -> Vec<f64> {
+        let mut out: Vec<f64> = self.calibration().numbers().flatten().collect();
+        out.extend_from_slice(&lock(self.learned()).weights.0);
         out
     }
 
-    /// The inverse of [`to_numbers`](Learned::to_numbers); `None` when the
-    /// count is not [`Learned::NUMBERS`] or a number is not finite.
-    pub(crate) fn from_numbers(numbers: &[f64]) -> Option<Learned> {
-        if numbers.len() != Learned::NUMBERS || !numbers.iter().all(|x| x.is_finite()) {
-            return None;
+    /// Sets the learned tables from [`learned_numbers`](RecallMemory::learned_numbers);
+    /// false (nothing set) when they are not such numbers.
+    pub(crate) fn set_learned_numbers(&self, numbers: &[f64]) -> bool {
+        if numbers.len() != LEARNED_NUMBERS || !numbers.iter().all(|x| x.is_finite()) {
+            return false;
         }
-        let mut learned = Learned::new();
         let (cells, weights) = numbers.split_at(2 * calibrate::CELLS);
-        for (c, pair) in learned
-            .calibration
-            .cells
-            .iter_mut()
-            .zip(cells.chunks_exact(2))
-        {
-            *c = (pair[0], pair[1]);
+        if !self.calibration().set(cells) {
+            return false;
         }
-        learned.weights.0.copy_from_slice(weights);
-        Some(learned)
-    }
-
-    /// How many numbers [`to_numbers`](Learned::to_numbers) gives.
-    pub(crate) const NUMBERS: usize = 2 * calibrate::CELLS + score::F;
-}
-
-impl RecallMemory {
-    /// Replaces the learned tables (loading a saved memory).
-    pub(crate) fn set_learned(&self, learned: Learned) {
-        *lock(self.learned()) = learned;
-    }
-
-    /// A copy of the learned tables (saving).
-    pub(crate) fn learned_copy(&self) -> Learned {
-        lock(self.learned()).clone()
+        lock(self.learned()).weights.0.copy_from_slice(weights);
+        true
     }
 }
 
@@ -402,9 +364,9 @@ pub struct Recall {
     published: u64,
     /// Memory ranges that are copies of own tokens (not counted twice).
     mirrored: Vec<(u64, u64)>,
-    /// The learned tables as of the last merge, and this sequence's changes since.
-    learned: Learned,
-    delta: Learned,
+    /// The selector's weights as of the last merge, and this sequence's steps since.
+    weights: Weights,
+    delta: Weights,
     work: Work,
     /// Draft calls since the learned tables were last merged.
     since_sync: u32,
@@ -446,7 +408,7 @@ impl Recall {
         } else {
             DEFAULT_THRESHOLD_PERMILLE as f64 / 1000.0
         };
-        let learned = memory.learned_copy();
+        let weights = lock(memory.learned()).weights;
         Recall {
             threshold,
             hasher: Hasher::new(),
@@ -457,8 +419,8 @@ impl Recall {
             request_start: 0,
             published: 0,
             mirrored: Vec::with_capacity(MIRRORED),
-            learned,
-            delta: Learned::zero(),
+            weights,
+            delta: Weights::zero(),
             work: Work::default(),
             since_sync: 0,
             expect: None,
@@ -482,26 +444,41 @@ impl Recall {
     /// and dropping the drafter do it; call it when a request ends and the
     /// drafter lives on idle.
     pub fn finish_request(&mut self) {
-        let from = self.published.max(self.own.floor());
+        self.publish();
+        self.sync_learned();
+    }
+
+    /// Hands the own tokens not yet in the memory to it, after the tokens
+    /// before them as context.
+    fn publish(&mut self) {
+        let floor = self.own.floor();
+        let from = self.published.max(floor);
         let tokens = self.own.tokens_from(from);
         if !tokens.is_empty() {
-            let start = self.memory.append(tokens);
-            if self.mirrored.len() == MIRRORED {
-                self.mirrored.remove(0);
+            let before = from - (from - floor).min(ORDERS[K - 1] as u64);
+            let held = self.own.tokens_from(before);
+            let (context, tokens) = held.split_at((from - before) as usize);
+            let start = self.memory.append_after(context, tokens);
+            let end = start + tokens.len() as u64;
+            match self.mirrored.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => {
+                    if self.mirrored.len() == MIRRORED {
+                        self.mirrored.remove(0);
+                    }
+                    self.mirrored.push((start, end));
+                }
             }
-            self.mirrored.push((start, start + tokens.len() as u64));
         }
         self.published = self.own.end();
-        self.sync_learned();
     }
 
     /// Merges what this drafter learned into the engine-wide tables and
     /// takes theirs (everything other sequences merged meanwhile).
     fn sync_learned(&mut self) {
         let mut shared = lock(self.memory.learned());
-        shared.calibration.merge(&mut self.delta.calibration);
-        shared.weights.merge(&mut self.delta.weights);
-        self.learned.clone_from(&shared);
+        shared.weights.merge(&mut self.delta);
+        self.weights = shared.weights;
         self.since_sync = 0;
     }
 
@@ -768,16 +745,14 @@ impl Drafter for Recall {
         // A draft never followed by `accept` had its first token rejected
         // (the orchestrator does not forward 0).
         if let Some(&cell) = self.work.pending.first() {
-            self.delta.calibration.record(cell, false);
+            self.memory.calibration().record(cell, false);
         }
         // The token the target chose where the last draft was rejected or stopped.
         if let Some((i, expect)) = self.awaiting.take() {
             if history.len() + 1 == expect && i < self.work.ranges.len() {
                 let (a, b) = self.work.ranges[i];
                 let cands = &self.work.candidates[a as usize..b as usize];
-                self.learned
-                    .weights
-                    .learn(&mut self.delta.weights, cands, last);
+                self.weights.learn(&mut self.delta, cands, last);
             }
         }
         self.work.clear();
@@ -786,6 +761,11 @@ impl Drafter for Recall {
             self.sync_learned();
         }
         self.ingest(history, last);
+        if self.own.end() - self.published.max(self.own.floor()) >= PUBLISH_EVERY
+            && Arc::strong_count(&self.memory) > 1
+        {
+            self.publish();
+        }
         let base = draft.len();
         self.draft_tokens(limits, draft);
         if draft.len() - base < limits.min {
@@ -799,8 +779,9 @@ impl Drafter for Recall {
     fn accept(&mut self, n_accepted: usize) {
         // Tokens before the first rejection were accepted; the first
         // rejected one was tried; later ones are unknown.
+        let calibration = self.memory.calibration();
         for (i, &cell) in self.work.pending.iter().enumerate() {
-            self.delta.calibration.record(cell, i < n_accepted);
+            calibration.record(cell, i < n_accepted);
             if i >= n_accepted {
                 break;
             }
@@ -810,8 +791,8 @@ impl Drafter for Recall {
         let w = &self.work;
         for i in 0..n_accepted.min(w.chosen.len()).min(w.ranges.len()) {
             let (a, b) = w.ranges[i];
-            self.learned.weights.learn(
-                &mut self.delta.weights,
+            self.weights.learn(
+                &mut self.delta,
                 &w.candidates[a as usize..b as usize],
                 w.chosen[i],
             );
@@ -841,7 +822,7 @@ impl Drafter for Recall {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.own.heap_bytes() + 4 * self.mirror.capacity() + 2 * Learned::BYTES
+        self.own.heap_bytes() + 4 * self.mirror.capacity()
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -854,6 +835,7 @@ impl Recall {
     /// acceptance probabilities stays above the threshold.
     fn draft_tokens(&mut self, limits: DraftLimits, draft: &mut Vec<Token>) {
         let base = draft.len();
+        let calibration = self.memory.calibration();
         let view = self.memory.view(&mut self.snapshot);
         let src = Sources {
             own: &self.own,
@@ -930,7 +912,7 @@ impl Recall {
                     self.anchors[0],
                     vlen,
                     drafted,
-                    (&self.learned.weights, &self.delta.weights),
+                    (&self.weights, &self.delta),
                 ),
             };
             let cell = Cell::new(o, choice.share, choice.pointer, work.scratch.len());
@@ -940,10 +922,7 @@ impl Recall {
                 (ORDERS[o] as f64 / 16.0).min(1.0)
             };
             let prior = choice.share * (0.3 + 0.65 * reach);
-            let p = self
-                .learned
-                .calibration
-                .probability(&self.delta.calibration, cell, prior);
+            let p = calibration.probability(cell, prior);
             if cumulative * p < self.threshold {
                 break;
             }
