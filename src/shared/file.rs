@@ -15,7 +15,7 @@
 //! | 88 | ngram-mod pool cells (u64; 0: no pool) |
 //! | 96 | pool generation (u32), 0 (u32) |
 //! | 104 | pool cells used (u64) |
-//! | 112 | learned numbers (f64 each), run lengths (u64 each), tokens (u32 each), pool cells (u64 each) |
+//! | 112 | learned numbers (f64 each); runs (76 bytes each: length u64, context length u32, 16 context tokens u32); tokens (u32 each); pool cells (u64 each) |
 //! | end - 8 | FNV-1a 64 of everything before it |
 
 use std::path::Path;
@@ -23,14 +23,19 @@ use std::path::Path;
 use super::{Budget, Shared};
 use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;
-use crate::strategies::{NgramPool, RecallMemory, LEARNED_NUMBERS, SAVED_ORDERS};
+use crate::strategies::{NgramPool, RecallMemory, RunContext, LEARNED_NUMBERS, SAVED_ORDERS};
 use crate::sync;
 use crate::Error;
+use crate::Token;
 
 const MAGIC: &[u8; 8] = b"SELFSPEC";
 /// The format version this build reads and writes.
 pub const VERSION: u32 = 1;
 const HEADER: usize = 112;
+/// Context tokens saved per run.
+const RUN_CONTEXT: usize = 16;
+/// Bytes per saved run.
+const RUN_BYTES: u64 = 8 + 4 + 4 * RUN_CONTEXT as u64;
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -151,8 +156,13 @@ impl Shared {
         for x in learned {
             out.extend_from_slice(&x.to_le_bytes());
         }
-        for r in runs {
-            out.extend_from_slice(&r.to_le_bytes());
+        for (len, context) in runs {
+            out.extend_from_slice(&len.to_le_bytes());
+            let c = context.as_slice();
+            out.extend_from_slice(&(c.len() as u32).to_le_bytes());
+            for i in 0..RUN_CONTEXT {
+                out.extend_from_slice(&c.get(i).copied().unwrap_or(0).to_le_bytes());
+            }
         }
         for t in tokens {
             out.extend_from_slice(&t.to_le_bytes());
@@ -264,11 +274,16 @@ impl Shared {
         let pool_generation = r.u32().unwrap_or(0);
         let _ = r.u32();
         let pool_used = header(&mut r);
-        let expected = [(n_learned, 8), (n_runs, 8), (n_tokens, 4), (pool_size, 8)]
-            .iter()
-            .try_fold(HEADER as u64 + 8, |acc, &(n, size)| {
-                n.checked_mul(size).and_then(|b| acc.checked_add(b))
-            });
+        let expected = [
+            (n_learned, 8),
+            (n_runs, RUN_BYTES),
+            (n_tokens, 4),
+            (pool_size, 8),
+        ]
+        .iter()
+        .try_fold(HEADER as u64 + 8, |acc, &(n, size)| {
+            n.checked_mul(size).and_then(|b| acc.checked_add(b))
+        });
         let Some(expected) = expected else {
             return Err(fail(
                 48,
@@ -322,8 +337,22 @@ impl Shared {
         }
         let numbers: Vec<f64> = (0..n_learned).filter_map(|_| r.f64()).collect();
         let runs_at = r.at;
-        let runs: Vec<u64> = (0..n_runs).filter_map(|_| r.u64()).collect();
-        if runs.iter().try_fold(0u64, |a, &b| a.checked_add(b)) != Some(n_tokens) {
+        let mut runs: Vec<(u64, RunContext)> = Vec::new();
+        for _ in 0..n_runs {
+            let len = r.u64().unwrap_or(0);
+            let n = r.u32().unwrap_or(0) as usize;
+            let context: Vec<Token> = (0..RUN_CONTEXT).map(|_| r.u32().unwrap_or(0)).collect();
+            if n > RUN_CONTEXT {
+                return Err(fail(
+                    r.at - RUN_BYTES as usize + 8,
+                    Problem::Corrupt {
+                        what: "a run context longer than 16 tokens",
+                    },
+                ));
+            }
+            runs.push((len, RunContext::new(&context[..n])));
+        }
+        if runs.iter().try_fold(0u64, |a, &(b, _)| a.checked_add(b)) != Some(n_tokens) {
             return Err(fail(
                 runs_at,
                 Problem::Corrupt {
@@ -340,13 +369,14 @@ impl Shared {
             }
             let mut at = tokens_at;
             let mut run = Vec::new();
-            for &len in &runs {
+            for (len, context) in &runs {
+                let len = *len;
                 run.clear();
                 run.extend((0..len).map(|i| {
                     let p = at + 4 * i as usize;
                     u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap_or_default())
                 }));
-                memory.append(&run);
+                memory.append_after(context.as_slice(), &run);
                 at += 4 * len as usize;
             }
         } else if n_tokens != 0 {

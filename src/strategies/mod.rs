@@ -61,7 +61,7 @@ pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
 pub use ngram_mod::{NgramMod, NgramPool, EMPTY};
 pub use ngram_simple::NgramSimple;
 pub use recall::{
-    Recall, RecallMemory, DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET,
+    Recall, RecallMemory, RunContext, DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET,
     DEFAULT_THRESHOLD_PERMILLE,
 };
 pub(crate) use recall::{LEARNED_NUMBERS, SAVED_ORDERS};

@@ -34,6 +34,13 @@ const CHUNK: u64 = 1 << CHUNK_BITS;
 /// The smallest capacity, in tokens.
 pub(super) const MIN_CAPACITY: u64 = if cfg!(loom) { 4 } else { 1 << 10 };
 
+/// The tokens a budget of `budget` bytes holds: the largest power of two
+/// whose 84 bytes each fit, at least 1024, at most 2^30.
+pub(super) fn capacity_of(budget: usize) -> usize {
+    let tokens = (budget / BYTES_PER_TOKEN).max(MIN_CAPACITY as usize);
+    (1usize << (usize::BITS - 1 - tokens.leading_zeros())).min(1 << 30)
+}
+
 /// One chunk of positions: tokens and, per position, one link per order
 /// (`tag << 32 | previous end position + 1`; 0: none).
 #[derive(Debug)]
@@ -71,6 +78,36 @@ impl Tables {
     }
 }
 
+/// One run of appended tokens: its start and the context it continues.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    start: u64,
+    context: RunContext,
+}
+
+/// Up to the longest order's worth of tokens a run continues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunContext {
+    tokens: [Token; ORDERS[K - 1]],
+    len: u8,
+}
+
+impl RunContext {
+    /// The last (at most 16) of `tokens`.
+    pub fn new(tokens: &[Token]) -> RunContext {
+        let tokens = &tokens[tokens.len().saturating_sub(ORDERS[K - 1])..];
+        let mut out = RunContext::default();
+        out.tokens[..tokens.len()].copy_from_slice(tokens);
+        out.len = tokens.len() as u8;
+        out
+    }
+
+    /// The tokens.
+    pub fn as_slice(&self) -> &[Token] {
+        &self.tokens[..usize::from(self.len)]
+    }
+}
+
 /// The writer's side: one at a time, behind a mutex.
 #[derive(Debug)]
 struct Writer {
@@ -79,8 +116,10 @@ struct Writer {
     rolling: [u64; K],
     /// Tokens appended since the last request boundary: no context spans one.
     run: u64,
-    /// Where each request held starts (the first may have lost its head).
-    starts: std::collections::VecDeque<u64>,
+    /// Each run held (a request, or a piece of one in flight): where it
+    /// starts and the tokens before it in its request (the first run may
+    /// have lost its head). About 80 bytes a run of at least 64 tokens.
+    runs: std::collections::VecDeque<Run>,
 }
 
 /// recall's engine-wide memory of earlier requests (part of
@@ -125,8 +164,7 @@ impl RecallMemory {
     /// A memory of at most `budget` bytes: the largest power of two of tokens
     /// whose 84 bytes each fit (at least 1024 tokens, at most 2^30).
     pub fn new(budget: usize) -> RecallMemory {
-        let tokens = (budget / BYTES_PER_TOKEN).max(MIN_CAPACITY as usize) as u64;
-        let capacity = (1u64 << (63 - tokens.leading_zeros())).min(1 << 30);
+        let capacity = capacity_of(budget) as u64;
         RecallMemory {
             capacity,
             end: AtomicU64::new(0),
@@ -141,7 +179,7 @@ impl RecallMemory {
                 hasher: Hasher::new(),
                 rolling: [0; K],
                 run: 0,
-                starts: std::collections::VecDeque::new(),
+                runs: std::collections::VecDeque::new(),
             }),
             learned: Mutex::new(super::Learned {
                 weights: Weights::new(),
@@ -177,20 +215,48 @@ impl RecallMemory {
         read_arc(&self.tables).bytes() + 8 * CELLS + std::mem::size_of::<super::Learned>()
     }
 
-    /// The tokens held, oldest first, and the length of each request's run
-    /// of them (for saving: appending the runs in order rebuilds the same
-    /// memory).
-    pub fn runs(&self) -> (Vec<Token>, Vec<u64>) {
+    /// The tokens held, oldest first, and each run of them (a request or a
+    /// piece of one) as its length and the context it continues: appending
+    /// the runs in order ([`append_after`](RecallMemory::append_after))
+    /// rebuilds the same memory (saving).
+    pub fn runs(&self) -> (Vec<Token>, Vec<(u64, RunContext)>) {
         let w = lock(&self.writer);
         let mut snapshot = self.snapshot();
         let view = self.view(&mut snapshot);
         let tokens = (view.floor..view.end).map(|p| view.token(p)).collect();
-        let mut lengths = Vec::with_capacity(w.starts.len());
-        for (i, &start) in w.starts.iter().enumerate() {
-            let next = w.starts.get(i + 1).copied().unwrap_or(view.end);
-            lengths.push(next - start.max(view.floor));
+        let mut runs = Vec::with_capacity(w.runs.len());
+        for (i, run) in w.runs.iter().enumerate() {
+            let next = w.runs.get(i + 1).map_or(view.end, |r| r.start);
+            // A run that lost its head lost its context too.
+            let context = if run.start < view.floor {
+                RunContext::default()
+            } else {
+                run.context
+            };
+            runs.push((next - run.start.max(view.floor), context));
         }
-        (tokens, lengths)
+        (tokens, runs)
+    }
+
+    /// The continuations of the most recent occurrences (newest first, at
+    /// most 8) of `context`, whose length must be one of recall's orders (1,
+    /// 2, 3, 4, 6, 8, 12, 16; any other gives nothing). Lock-free, like a
+    /// draft: for introspection and tests.
+    pub fn followers(&self, context: &[Token]) -> Vec<Token> {
+        let Some(o) = ORDERS.iter().position(|&k| k == context.len()) else {
+            return Vec::new();
+        };
+        let mut rolling = [0; K];
+        let n = context.len() as u64;
+        Hasher::new().roll(&mut rolling, 0, n, |j| context[j as usize]);
+        let mut snapshot = self.snapshot();
+        let view = self.view(&mut snapshot);
+        let mut out = Vec::new();
+        super::index::occurrences(&view, o, tag_of(rolling[o]), |e| {
+            out.push(view.token(e));
+            out.len() < 8
+        });
+        out
     }
 
     pub(super) fn snapshot(&self) -> Snapshot {
@@ -237,7 +303,7 @@ impl RecallMemory {
     /// their request, at most the longest order counts): the contexts that
     /// reach back into `context` are indexed too. This is how a request in
     /// flight publishes its tokens piece by piece.
-    pub(super) fn append_after(&self, context: &[Token], tokens: &[Token]) -> u64 {
+    pub fn append_after(&self, context: &[Token], tokens: &[Token]) -> u64 {
         if tokens.is_empty() {
             return self.end.load(Ordering::Acquire);
         }
@@ -252,10 +318,13 @@ impl RecallMemory {
             self.floor.store(new_end - self.capacity, Ordering::Release);
         }
         let tables = self.ensure(new_end);
-        w.starts.push_back(start);
+        w.runs.push_back(Run {
+            start,
+            context: RunContext::new(context),
+        });
         let floor = new_end.saturating_sub(self.capacity);
-        while w.starts.len() > 1 && w.starts[1] <= floor {
-            w.starts.pop_front();
+        while w.runs.len() > 1 && w.runs[1].start <= floor {
+            w.runs.pop_front();
         }
         // The context's hashes, as if it stood before `start`.
         w.run = 0;

@@ -12,7 +12,7 @@ mod index;
 mod memory;
 mod score;
 
-pub use memory::RecallMemory;
+pub use memory::{RecallMemory, RunContext};
 
 /// The context orders, as saved in memory files.
 pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
@@ -22,7 +22,7 @@ use crate::strategies::Roomy;
 use crate::sync::{lock, Arc};
 
 use calibrate::{m_bucket, Cell};
-use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K, ORDERS};
+use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, ORDERS};
 use memory::{Snapshot, View};
 use score::{Features, Weights};
 
@@ -412,7 +412,7 @@ impl Recall {
         Recall {
             threshold,
             hasher: Hasher::new(),
-            own: SeqIndex::new(sequence_budget / BYTES_PER_TOKEN),
+            own: SeqIndex::new(memory::capacity_of(sequence_budget)),
             snapshot: memory.snapshot(),
             memory,
             mirror: Roomy::default(),

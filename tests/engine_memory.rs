@@ -1,0 +1,475 @@
+//! The engine-wide memory (`Shared`): the interface engines call, drafting
+//! across sequences and requests, budgets and forgetting, persistence, and
+//! many threads on one `Shared`.
+
+mod common;
+
+use std::sync::Arc;
+
+use selfspec::replay::{replay_engine, Engine, Request, Session};
+use selfspec::{Budget, Config, Error, MemoryFileProblem, Shared, Speculative, Strategy, Token};
+
+use common::Rng;
+
+/// Greedy verification of `output` after `prompt` on `spec`: (tokens, steps).
+fn run(spec: &mut Speculative, prompt: &[Token], output: &[Token]) -> (usize, usize) {
+    spec.begin(prompt);
+    let mut history = prompt.to_vec();
+    let (mut i, mut steps) = (0, 0);
+    while i < output.len() {
+        let draft = spec.draft(&history, output[i]);
+        let n = draft
+            .iter()
+            .zip(&output[i + 1..])
+            .take_while(|(d, o)| d == o)
+            .count();
+        spec.accept(n);
+        history.extend_from_slice(&output[i..=i + n]);
+        i += n + 1;
+        steps += 1;
+    }
+    (output.len(), steps)
+}
+
+fn tau((tokens, steps): (usize, usize)) -> f64 {
+    tokens as f64 / steps as f64
+}
+
+fn sessions(seed: u64, n: usize, prompt: usize, output: usize) -> Vec<Session> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|i| {
+            let text = rng.text(prompt + output, 3000);
+            let (p, o) = text.split_at(prompt);
+            Session::new(
+                format!("s{i}"),
+                "synthetic",
+                vec![Request::new(p.to_vec(), o.to_vec())],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_interface_engines_call_compiles_as_written() -> Result<(), Error> {
+    let path = std::env::temp_dir().join(format!("selfspec-iface-{}.mem", std::process::id()));
+    let config = Config::recommended();
+    let shared = Shared::new(&config)?; // Result<Shared, selfspec::Error>; Clone + Send + Sync
+    let mut spec = Speculative::with_shared(&config, &shared)?; // per sequence or per request, on any thread
+    spec.begin(&[1, 2, 3]);
+    drop(spec);
+    shared.save(&path)?; // path: impl AsRef<Path>; Result<(), selfspec::Error>
+    let shared = Shared::load(&config, &path)?; // Result<Shared, selfspec::Error>
+    let bytes: usize = shared.heap_bytes();
+    assert!(bytes > 0);
+    fn send_sync_clone<T: Send + Sync + Clone>() {}
+    send_sync_clone::<Shared>();
+    std::fs::remove_file(&path).ok();
+    Ok(())
+}
+
+#[test]
+fn a_fresh_drafter_drafts_from_an_earlier_request() -> Result<(), Error> {
+    // Request 1 generates a passage; request 2 (a new drafter, an unrelated
+    // prompt) generates it again: only the engine-wide memory can help.
+    let config = Config::recommended();
+    let shared = Shared::new(&config)?;
+    let mut rng = Rng(7);
+    let passage = rng.text(600, 5000);
+    let (first_prompt, second_prompt) = (rng.text(50, 5000), rng.text(50, 5000));
+    run(
+        &mut Speculative::with_shared(&config, &shared)?,
+        &first_prompt,
+        &passage,
+    );
+    let warm = tau(run(
+        &mut Speculative::with_shared(&config, &shared)?,
+        &second_prompt,
+        &passage,
+    ));
+    let cold = tau(run(
+        &mut Speculative::new(&config)?,
+        &second_prompt,
+        &passage,
+    ));
+    assert!(
+        warm > 3.0 * cold && warm > 4.0,
+        "warm {warm:.2}, cold {cold:.2}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_request_in_flight_survives_an_earlier_long_history() -> Result<(), Error> {
+    // Reproduction: a 1,048,076-token begin, then a 400-token prompt whose
+    // output repeats it. Recall used to clear its stream when its cap was
+    // hit mid-generation (tau 1.32 against 16.67 on a fresh instance).
+    let config = Config::recommended();
+    let mut rng = Rng(11);
+    let long: Vec<Token> = (0..1_048_076).map(|_| rng.below(50_000) as Token).collect();
+    let prompt = rng.text(400, 5000);
+    let fresh = tau(run(&mut Speculative::new(&config)?, &prompt, &prompt));
+    let mut spec = Speculative::new(&config)?;
+    spec.begin(&long);
+    let after = tau(run(&mut spec, &prompt, &prompt));
+    assert!(fresh > 8.0, "fresh {fresh:.2}");
+    assert!(
+        after > 0.9 * fresh,
+        "after a long history {after:.2}, fresh {fresh:.2}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_prompt_larger_than_the_budget_keeps_its_recent_part() -> Result<(), Error> {
+    // Reproduction: a 3 Mi-token prompt used to hold 292 MiB, then be
+    // cleared at the first draft (a copy task accepted 0 of 400).
+    let config = Config::recommended();
+    let mut rng = Rng(13);
+    let prompt: Vec<Token> = (0..3 << 20).map(|_| rng.below(50_000) as Token).collect();
+    let copy = prompt[prompt.len() - 5_000..prompt.len() - 4_600].to_vec();
+    let mut spec = Speculative::new(&config)?;
+    let (tokens, steps) = run(&mut spec, &prompt, &copy);
+    assert!(
+        tau((tokens, steps)) > 8.0,
+        "copy task: {tokens} tokens in {steps} steps"
+    );
+    // The own index is within the sequence budget; the history mirror is 4
+    // bytes per history token (the engine holds the history itself).
+    let bound = Budget::default().sequence + 4 * (prompt.len() + copy.len()) * 5 / 4 + (1 << 20);
+    assert!(
+        spec.heap_bytes() <= bound,
+        "{} > {bound}",
+        spec.heap_bytes()
+    );
+    Ok(())
+}
+
+#[test]
+fn ten_thousand_unrelated_sessions_stay_within_the_budget() -> Result<(), Error> {
+    let config = Config::recommended();
+    let budget = Budget {
+        memory: 1 << 20,
+        sequence: 1 << 20,
+    };
+    let shared = Shared::with_budget(&config, budget)?;
+    let mut slot = Speculative::with_shared(&config, &shared)?;
+    let mut rng = Rng(17);
+    let mut peak_seq = 0;
+    for i in 0..10_000 {
+        let text = rng.text(100, 3000);
+        let (prompt, output) = text.split_at(40);
+        if i % 2 == 0 {
+            run(&mut slot, prompt, output);
+            peak_seq = peak_seq.max(slot.heap_bytes());
+        } else {
+            run(
+                &mut Speculative::with_shared(&config, &shared)?,
+                prompt,
+                output,
+            );
+        }
+    }
+    let memory = shared
+        .existing_recall_memory()
+        .expect("recall made its memory");
+    // Fixed overhead: the smallest bucket arrays (8 orders x 4096 x 4 bytes)
+    // and the learned tables.
+    let overhead = 8 * 4096 * 4 + (16 << 10);
+    assert!(
+        memory.appended() > 2 * memory.capacity() as u64,
+        "it had to forget"
+    );
+    assert!(
+        shared.heap_bytes() <= budget.memory + overhead,
+        "{} bytes",
+        shared.heap_bytes()
+    );
+    assert!(
+        peak_seq <= budget.sequence + overhead,
+        "{peak_seq} bytes per sequence"
+    );
+    let per_token = (shared.heap_bytes() - overhead) as f64 / memory.len() as f64;
+    assert!(
+        per_token <= 100.0,
+        "{per_token:.1} bytes per remembered token"
+    );
+    Ok(())
+}
+
+#[test]
+fn forgetting_is_oldest_first_and_never_a_wipe() {
+    let memory = selfspec::strategies::RecallMemory::new(0); // the minimum: 1024 tokens
+    let cap = memory.capacity();
+    let mut rng = Rng(19);
+    let mut requests = Vec::new();
+    for _ in 0..40 {
+        let r: Vec<Token> = (0..100).map(|_| rng.below(1 << 30) as Token).collect();
+        memory.append(&r);
+        requests.push(r);
+        assert!(memory.len() <= cap);
+    }
+    assert_eq!(memory.len(), cap);
+    // The newest request is fully held, the oldest is gone.
+    let newest = &requests[39];
+    assert_eq!(memory.followers(&newest[50..58]), [newest[58]]);
+    let oldest = &requests[0];
+    assert!(memory.followers(&oldest[50..58]).is_empty());
+    // What survives is the most recent `cap` tokens, in their runs.
+    let held: Vec<Token> = requests.concat();
+    assert_eq!(memory.runs().0, held[held.len() - cap..]);
+    assert_eq!(memory.runs().1.iter().map(|r| r.0).sum::<u64>(), cap as u64);
+}
+
+fn workload(name: &str) -> Vec<Session> {
+    common::load_workload(common::manifest_path(&format!(
+        "examples/data/{name}.jsonl"
+    )))
+}
+
+#[test]
+fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
+    let sessions = workload("sample-code");
+    let tokens: usize = sessions
+        .iter()
+        .flat_map(|s| &s.requests)
+        .map(|r| r.prompt.len() + r.output.len())
+        .sum();
+    let config = Config::recommended();
+    let unbounded = Shared::new(&config)?;
+    let full = replay_engine(&config, &unbounded, &sessions, Engine::fresh(32))?;
+    let quarter = Budget {
+        memory: tokens / 4 * 84,
+        ..Budget::default()
+    };
+    let bounded = Shared::with_budget(&config, quarter)?;
+    let part = replay_engine(&config, &bounded, &sessions, Engine::fresh(32))?;
+    let memory = bounded.existing_recall_memory().unwrap();
+    assert!(memory.capacity() <= tokens / 4 && memory.appended() > memory.capacity() as u64);
+    // Without any memory of other requests (a budget far too small to hold
+    // one request's worth would still hold some): compare with a private
+    // memory per request.
+    let mut alone = 0.0;
+    for s in &sessions {
+        let mut spec = Speculative::new(&config)?;
+        alone += selfspec::replay::replay(&mut spec, std::slice::from_ref(s)).steps as f64;
+    }
+    let alone = full.tokens as f64 / alone;
+    println!(
+        "sample-code fresh 32: unbounded {:.3} / {:.3}, quarter budget ({} tokens) {:.3} / {:.3}, no memory {alone:.3}",
+        full.tau(),
+        full.acceptance(),
+        memory.capacity(),
+        part.tau(),
+        part.acceptance()
+    );
+    assert!(
+        part.tau() > alone + 0.5 * (full.tau() - alone),
+        "quarter {:.3}",
+        part.tau()
+    );
+    Ok(())
+}
+
+#[test]
+fn a_loaded_memory_drafts_exactly_as_the_saved_one() -> Result<(), Error> {
+    let sessions = workload("sample-chat");
+    let (learn, rest) = sessions.split_at(sessions.len() / 2);
+    for config in [
+        Config::recommended(),
+        Config::new([
+            Strategy::NgramMod { n: 8 },
+            Strategy::Recall {
+                threshold_permille: 100,
+            },
+        ])
+        .with_pool_size(1 << 16),
+    ] {
+        let saved = Shared::new(&config)?;
+        replay_engine(&config, &saved, learn, Engine::fresh(4))?;
+        let path = std::env::temp_dir().join(format!(
+            "selfspec-same-{}-{}.mem",
+            std::process::id(),
+            config.strategies.len()
+        ));
+        saved.save(&path)?;
+        let loaded = Shared::load(&config, &path)?;
+        std::fs::remove_file(&path).ok();
+        assert_eq!(loaded.heap_bytes(), saved.heap_bytes());
+        let a = replay_engine(&config, &saved, rest, Engine::SEQUENTIAL)?;
+        let b = replay_engine(&config, &loaded, rest, Engine::SEQUENTIAL)?;
+        assert_eq!(
+            (a.steps, a.drafted, a.accepted),
+            (b.steps, b.drafted, b.accepted)
+        );
+        assert!(a.accepted > 0);
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
+    let config = Config::recommended();
+    let shared = Shared::new(&config)?;
+    replay_engine(
+        &config,
+        &shared,
+        &sessions(23, 8, 50, 100),
+        Engine::fresh(2),
+    )?;
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("selfspec-bad-{}.mem", std::process::id()));
+    shared.save(&path)?;
+    let good = std::fs::read(&path).expect("saved");
+    std::fs::remove_file(&path).ok();
+    let problem = |bytes: &[u8]| match Shared::from_bytes(&config, "test.mem", bytes) {
+        Err(Error::MemoryFile {
+            problem,
+            offset,
+            path,
+        }) => {
+            assert_eq!(path, std::path::Path::new("test.mem"));
+            Some((problem, offset))
+        }
+        Err(e) => panic!("not a memory file error: {e}"),
+        Ok(_) => None,
+    };
+    let mut version = good.clone();
+    version[8] = 9;
+    let mut flipped = good.clone();
+    let mid = good.len() / 2;
+    flipped[mid] ^= 0x40;
+    let cases: Vec<(&str, Vec<u8>, fn(&MemoryFileProblem) -> bool)> = vec![
+        ("empty", vec![], |p| {
+            matches!(p, MemoryFileProblem::NotAMemoryFile)
+        }),
+        ("other file", b"{\"id\": 1}".repeat(20), |p| {
+            matches!(p, MemoryFileProblem::NotAMemoryFile)
+        }),
+        ("version", version, |p| {
+            matches!(
+                p,
+                MemoryFileProblem::Version {
+                    found: 9,
+                    supported: 1
+                }
+            )
+        }),
+        ("header cut", good[..40].to_vec(), |p| {
+            matches!(p, MemoryFileProblem::Truncated { .. })
+        }),
+        ("body cut", good[..good.len() - 3].to_vec(), |p| {
+            matches!(p, MemoryFileProblem::Truncated { .. })
+        }),
+        ("flipped bit", flipped, |p| {
+            matches!(p, MemoryFileProblem::Checksum { .. })
+        }),
+    ];
+    for (name, bytes, expected) in cases {
+        let (p, offset) = problem(&bytes).unwrap_or_else(|| panic!("{name}: loaded"));
+        assert!(expected(&p), "{name}: {p}");
+        assert!(offset as usize <= bytes.len(), "{name}: offset {offset}");
+    }
+    assert!(problem(&good).is_none());
+    // A pool of another size cannot be used.
+    let with_pool = Config::new([Strategy::NgramMod { n: 4 }]).with_pool_size(1024);
+    let pooled = Shared::new(&with_pool)?;
+    pooled.pool()?.add(&[1, 2, 3, 4], 5);
+    pooled.save(&path)?;
+    let other = with_pool.clone().with_pool_size(2048);
+    match Shared::load(&other, &path) {
+        Err(Error::MemoryFile {
+            problem:
+                MemoryFileProblem::Incompatible {
+                    field: "pool_size",
+                    file: 1024,
+                    config: 2048,
+                },
+            offset: 88,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        Shared::load(&with_pool, &path)?.pool()?.get(&[1, 2, 3, 4]),
+        Some(5)
+    );
+    std::fs::remove_file(&path).ok();
+    // A missing file names the file.
+    let missing = dir.join("selfspec-no-such-file.mem");
+    let e = Shared::load(&config, &missing).unwrap_err();
+    assert!(e.to_string().contains("selfspec-no-such-file.mem"), "{e}");
+    assert!(matches!(
+        e,
+        Error::MemoryFile {
+            problem: MemoryFileProblem::Io {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            },
+            ..
+        }
+    ));
+    // Every cut and every single-byte change is an error or a clean load, never a panic.
+    for cut in (0..good.len()).step_by(7) {
+        let _ = Shared::from_bytes(&config, "cut", &good[..cut]);
+    }
+    for at in (0..good.len()).step_by(13) {
+        let mut b = good.clone();
+        b[at] = b[at].wrapping_add(1);
+        assert!(
+            Shared::from_bytes(&config, "changed", &b).is_err(),
+            "a change at byte {at} loaded"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
+    // A small budget, so that the ring wraps while others read it.
+    let config = Config::recommended();
+    let shared = Shared::with_budget(
+        &config,
+        Budget {
+            memory: 1 << 17,
+            ..Budget::default()
+        },
+    )?;
+    let passage = Arc::new(Rng(29).text(300, 5000));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (config, shared, passage) = (config.clone(), shared.clone(), Arc::clone(&passage));
+            std::thread::spawn(move || -> Result<f64, Error> {
+                let mut rng = Rng(100 + t);
+                let (mut tokens, mut steps) = (0, 0);
+                for i in 0..60 {
+                    let prompt = rng.text(30, 5000);
+                    // Every other request repeats the passage another thread wrote too.
+                    let output = if i % 2 == 0 {
+                        passage.to_vec()
+                    } else {
+                        rng.text(200, 5000)
+                    };
+                    let mut spec = Speculative::with_shared(&config, &shared)?;
+                    let (a, b) = run(&mut spec, &prompt, &output);
+                    if i % 2 == 0 && i > 0 {
+                        tokens += a;
+                        steps += b;
+                    }
+                }
+                Ok(tokens as f64 / steps as f64)
+            })
+        })
+        .collect();
+    for t in threads {
+        let tau = t.join().expect("no thread panics")?;
+        assert!(
+            tau > 4.0,
+            "the shared passage drafts under concurrency: {tau:.2}"
+        );
+    }
+    let memory = shared.existing_recall_memory().unwrap();
+    assert!(memory.len() <= memory.capacity());
+    assert!(shared.heap_bytes() <= (1 << 17) + 8 * 4096 * 4 + (16 << 10));
+    Ok(())
+}
