@@ -75,6 +75,7 @@
 pub mod config;
 mod drafter;
 mod error;
+mod index;
 pub mod replay;
 mod speculative;
 mod stats;

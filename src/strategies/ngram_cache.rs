@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use hashbrown::hash_table::{self, HashTable};
 use smallvec::SmallVec;
 
-use super::Roomy;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::mirror::Mirror;
+use crate::index::{Roomy, NONE};
 use crate::Error;
 
 /// Smallest and largest n-gram sizes of the context and dynamic caches
@@ -143,9 +144,6 @@ struct Ngram {
     /// `NONE`. See `LookupCache::find_next`.
     next: u32,
 }
-
-/// No entry (an unset `Ngram::next`).
-const NONE: u32 = u32::MAX;
 
 /// Parts with more followers than this find a follower through
 /// `LookupCache::index` instead of a scan.
@@ -874,7 +872,7 @@ pub struct NgramCache {
     cache_size: usize,
     /// `Some(copy of history ++ [last] as last seen)`: new prompts are
     /// learned from where they depart from it (fixes the second quirk).
-    live: Option<Vec<Token>>,
+    live: Option<Mirror>,
     /// Learn n-grams across the boundaries of what each call adds (fixes the first quirk).
     across_segments: bool,
     segment: Vec<Token>,
@@ -914,7 +912,7 @@ impl NgramCache {
     /// departs, instead of being ignored until the history passes the old
     /// length. N-grams are still learned inside each added segment.
     pub fn relearn_prompts(mut self) -> NgramCache {
-        self.live.get_or_insert_with(Vec::new);
+        self.live.get_or_insert_with(Mirror::default);
         self
     }
 
@@ -948,17 +946,7 @@ impl NgramCache {
         if let Some(fed) = &mut self.live {
             // Keep `fed` equal to history ++ [last], noting where it departs
             // from what was fed before (a new prompt).
-            let have = fed.len();
-            let tail = have.saturating_sub(32);
-            let at = |j: usize| if j < len { history[j] } else { last };
-            let extends = len + 1 >= have && (tail..have).all(|j| fed[j] == at(j));
-            let common = if extends {
-                have
-            } else {
-                (0..have.min(len + 1))
-                    .find(|&j| fed[j] != at(j))
-                    .unwrap_or(have.min(len + 1))
-            };
+            let common = fed.change(history, Some(last)).common();
             fed.truncate(common);
             fed.extend_from_slice(history.get(common..).unwrap_or(&[]));
             fed.push(last);

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::key_at;
-use super::poly::Poly;
-use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::key_at;
+use crate::index::poly::Poly;
+use crate::index::position_index::PositionIndex;
 
 /// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
 pub const KEY_MAP_SIZE: usize = 1 << 18;
@@ -31,7 +31,7 @@ struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26)
+        self.0.wrapping_mul(crate::index::FACTOR).rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {

@@ -4,16 +4,16 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::poly::Poly;
 use crate::config::MAX_POOL_SIZE;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::poly::Poly;
 use crate::Error;
 
 /// The empty-cell marker: llama.cpp's `EMPTY = -1` as a `u32`.
 ///
 /// A token id equal to `EMPTY` (`u32::MAX`, i.e. `-1` as `i32`) can never be
 /// stored: adding an n-gram whose next token is `EMPTY` is skipped.
-pub const EMPTY: Token = u32::MAX;
+pub const EMPTY: Token = crate::index::NONE;
 
 /// Occupancy above which `begin` clears the pool (llama.cpp's 0.25).
 const OCCUPANCY_LIMIT: f64 = 0.25;

@@ -2,15 +2,13 @@
 //! context indexes, a copy pointer with locality, and a stop rule calibrated
 //! online from the engine's own verifications.
 
-use super::poly::Poly;
-use super::Roomy;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::poly::Poly;
+use crate::index::{Roomy, FACTOR, NONE};
 
 /// Context orders indexed, longest last.
 const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];
 const K: usize = ORDERS.len();
-const NONE: u32 = u32::MAX;
-const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Occurrences examined at the longest matching order.
 const OCCURRENCES: usize = 8;
 /// Weight of an occurrence in the current session relative to older ones

@@ -7,14 +7,11 @@
 //! part a new prompt shares with the old history (a chat's next turn) and
 //! re-index only the rest.
 
+use super::mirror::{Change, Mirror};
 use super::poly::{mix, Poly};
+use super::{FACTOR, NONE};
 use crate::drafter::Token;
 
-const NONE: u32 = u32::MAX;
-/// Any odd constant works; this one spreads small token ids well.
-const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
-/// How many trailing tokens `sync` compares to decide the history only grew.
-const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 10;
 
 /// Positions of the n-grams of a history, chained per hash bucket, newest first.
@@ -23,7 +20,7 @@ pub(crate) struct PositionIndex {
     n: usize,
     poly: Poly,
     /// The indexed history.
-    tokens: Vec<Token>,
+    tokens: Mirror,
     /// Per n-gram start: 32 bits of its hash, to skip most bucket neighbours
     /// without touching the history.
     tags: Vec<u32>,
@@ -41,7 +38,7 @@ impl PositionIndex {
         PositionIndex {
             n: n.max(1),
             poly: Poly::new(FACTOR, n.max(1)),
-            tokens: Vec::new(),
+            tokens: Mirror::default(),
             tags: Vec::new(),
             prev: Vec::new(),
             heads: vec![NONE; 1 << MIN_BITS],
@@ -81,47 +78,40 @@ impl PositionIndex {
     }
 
     /// Makes the index describe `history`, assuming it usually extends what was
-    /// indexed: only the last few indexed tokens are compared; a history that is
-    /// shorter or differs there is re-synchronized from the common prefix.
-    /// Returns whether indexed text was dropped (the history was not an extension).
+    /// indexed: only the last few indexed tokens are compared (see `Mirror`); a
+    /// history that is shorter or differs there is re-synchronized from the
+    /// common prefix. Returns whether indexed text was dropped (the history was
+    /// not an extension).
     #[inline]
     pub(crate) fn sync(&mut self, history: &[Token]) -> bool {
-        let have = self.tokens.len();
-        let from = have.saturating_sub(TAIL_CHECK);
-        if history.len() >= have && history[from..have] == self.tokens[from..] {
-            if history.len() > have {
-                self.extend(&history[have..]);
+        match self.tokens.change(history, None) {
+            Change::Extended { from } => {
+                if history.len() > from {
+                    self.extend(&history[from..]);
+                }
+                false
             }
-            false
-        } else {
-            self.resync(history);
-            true
+            Change::Diverged { at } => {
+                self.rebase(history, at);
+                true
+            }
         }
     }
 
     /// Makes the index describe `history`, keeping the whole common prefix
     /// (whose length it returns).
     pub(crate) fn resync(&mut self, history: &[Token]) -> usize {
-        // Compare in chunks: the compiler vectorizes slice equality.
-        let mut common = 0;
-        let max = self.tokens.len().min(history.len());
-        while common < max {
-            let end = (common + 256).min(max);
-            if self.tokens[common..end] == history[common..end] {
-                common = end;
-            } else {
-                common += self.tokens[common..end]
-                    .iter()
-                    .zip(&history[common..end])
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                break;
-            }
-        }
+        let common = self.tokens.common_prefix(history, None);
+        self.rebase(history, common);
+        common
+    }
+
+    /// Makes the index describe `history`, which shares its first `common`
+    /// tokens with the indexed history.
+    fn rebase(&mut self, history: &[Token], common: usize) {
         self.truncate(common);
         self.reserve_buckets(self.count_for(history.len()));
         self.extend(&history[common..]);
-        common
     }
 
     fn reserve_buckets(&mut self, count: usize) {

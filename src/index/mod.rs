@@ -1,0 +1,63 @@
+//! The machinery the strategies share (crate-private): rolling n-gram hashes
+//! (`poly`), the position index of a history (`position_index`), the copy of
+//! a history that tells "extended" from "diverged" (`mirror`), typed indices
+//! (`Idx`), and the few constants and helpers below. Strategies import from
+//! here; nothing here imports a strategy.
+
+pub(crate) mod mirror;
+pub(crate) mod poly;
+pub(crate) mod position_index;
+
+use crate::drafter::Token;
+
+/// The one `u32` sentinel: no position / no entry / empty cell / unused key
+/// slot, by context. It is llama.cpp's `-1` as a `u32` (ngram-mod's `EMPTY`,
+/// the unused slots of an ngram-cache key).
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// The multiplier of the position index's and recall's n-gram hashes (the
+/// 64-bit golden ratio): any odd constant works; this one spreads small token
+/// ids well. ngram-map's key-record hasher mixes with it too.
+pub(crate) const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A vector whose clones keep its spare capacity. Drafters that index every
+/// token reserve room ahead (for the generation after a long prompt); a clone
+/// of a primed drafter (an engine forking a sequence) must not lose it, or its
+/// first token would copy the whole index into a larger buffer.
+#[derive(Debug)]
+pub(crate) struct Roomy<T>(Vec<T>);
+
+impl<T> Default for Roomy<T> {
+    fn default() -> Roomy<T> {
+        Roomy(Vec::new())
+    }
+}
+
+impl<T: Clone> Clone for Roomy<T> {
+    fn clone(&self) -> Roomy<T> {
+        let mut v = Vec::with_capacity(self.0.capacity());
+        v.extend_from_slice(&self.0);
+        Roomy(v)
+    }
+}
+
+impl<T> std::ops::Deref for Roomy<T> {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Roomy<T> {
+    fn deref_mut(&mut self) -> &mut Vec<T> {
+        &mut self.0
+    }
+}
+
+/// Whether the n-gram of `tokens` at `p` is the key `head ++ [last]`; false
+/// when it would run past the end (a stale position can only fail to match).
+#[inline]
+pub(crate) fn key_at(tokens: &[Token], p: usize, head: &[Token], last: Token) -> bool {
+    let n1 = head.len();
+    tokens.get(p + n1) == Some(&last) && tokens.get(p..p + n1) == Some(head)
+}
