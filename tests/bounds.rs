@@ -8,7 +8,8 @@ use std::sync::Arc;
 use common::{drive, Rng};
 
 use selfspec::replay::{replay, ReplayReport, Request, Session, Step};
-use selfspec::strategies::{NgramMap, NgramMod, NgramSimple, KEY_MAP_SIZE};
+use selfspec::strategies::ngram_map::KEY_MAP_SIZE;
+use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
 use selfspec::{
     Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy,
 };

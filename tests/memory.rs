@@ -51,7 +51,7 @@ fn per_sequence_memory_stays_within_budget() {
         let k4v = held(&mut NgramMap::four_values(8, 8, 1), h);
         let pool = std::sync::Arc::new(NgramPool::new(1 << 16).unwrap());
         let ngram_mod = held(&mut NgramMod::new(24, pool), h);
-        let table = selfspec::strategies::KEY_MAP_SIZE * 4;
+        let table = selfspec::strategies::ngram_map::KEY_MAP_SIZE * 4;
         println!(
             "history {:>6}: ngram-simple {:>8} B ({:.1} KiB/1k tokens), ngram-map-k {:>8} B (1 MiB + {:.1} KiB/1k), \
              ngram-map-k4v {:>8} B (1 MiB + {:.1} KiB/1k), ngram-mod {} B",

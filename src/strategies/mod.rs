@@ -4,14 +4,14 @@
 //! [`Config`](crate::Config) and [`Speculative`](crate::Speculative); they are
 //! public so an engine can also chain them with its own drafters.
 
-mod ngram_cache;
-mod ngram_map;
-mod ngram_mod;
-mod ngram_simple;
+pub mod ngram_cache;
+pub mod ngram_map;
+pub mod ngram_mod;
+pub mod ngram_simple;
 mod recall;
 
-pub use ngram_cache::{LookupCache, NgramCache, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT};
-pub use ngram_map::{NgramMap, KEY_MAP_SIZE};
-pub use ngram_mod::{NgramMod, NgramPool, EMPTY};
+pub use ngram_cache::{LookupCache, NgramCache};
+pub use ngram_map::NgramMap;
+pub use ngram_mod::{NgramMod, NgramPool};
 pub use ngram_simple::NgramSimple;
 pub use recall::{Recall, MAX_STREAM};
