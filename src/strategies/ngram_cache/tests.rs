@@ -291,3 +291,53 @@ fn bad_files_are_typed_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_live_budget_changes_no_draft_before_the_first_retirement() {
+    // Unrelated sessions through a small budget and an unbounded one: the
+    // same drafts until the bounded one retires its first generation, and
+    // memory that stops growing after.
+    let budget = 20_000;
+    let (mut bounded, mut unbounded) = (
+        NgramCache::new().with_budget(budget),
+        NgramCache::new().with_budget(usize::MAX),
+    );
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let (mut learned, mut peak_late, mut peak_early, mut drafted) = (0, 0, 0, 0);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for session in 0..600 {
+        // Random text with repeats inside the session, so that some drafts
+        // are non-empty.
+        let mut text: Vec<Token> = (0..100).map(|_| (next() % 500) as Token).collect();
+        text.extend_from_within(20..80);
+        for pos in 50..text.len() {
+            a.clear();
+            b.clear();
+            bounded.draft(&text[..pos], text[pos], DraftLimits::default(), &mut a);
+            unbounded.draft(&text[..pos], text[pos], DraftLimits::default(), &mut b);
+            if learned + pos < budget / 2 {
+                assert_eq!(a, b, "session {session} at {pos}");
+                drafted += a.len();
+            }
+        }
+        learned += text.len();
+        let bytes = bounded.heap_bytes();
+        if session < 300 {
+            peak_early = peak_early.max(bytes);
+        } else {
+            peak_late = peak_late.max(bytes);
+        }
+    }
+    assert!(learned > 4 * budget && drafted > 1000, "{drafted}");
+    assert!(
+        peak_late <= peak_early * 5 / 4,
+        "{peak_early} -> {peak_late}"
+    );
+    assert!(unbounded.heap_bytes() > 2 * peak_late);
+}
