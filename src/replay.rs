@@ -38,6 +38,7 @@ pub struct Request {
 
 impl Request {
     /// A request from its prompt and recorded output.
+    #[must_use]
     pub fn new(prompt: Vec<Token>, output: Vec<Token>) -> Request {
         Request { prompt, output }
     }
@@ -78,6 +79,10 @@ impl Session {
 /// assert!(selfspec::replay::parse_workload("inline", "{").is_err());
 /// # Ok::<(), selfspec::Error>(())
 /// ```
+///
+/// # Errors
+///
+/// [`Error::Workload`](crate::Error::Workload) with the 1-based line that is not a session.
 #[cfg(feature = "serde")]
 pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Error> {
     let mut sessions = Vec::new();
@@ -96,6 +101,11 @@ pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Err
 }
 
 /// Reads a workload file in JSON Lines (see [`parse_workload`]).
+///
+/// # Errors
+///
+/// [`Error::Workload`](crate::Error::Workload) (line 0) when the file cannot be read, or as
+/// [`parse_workload`].
 #[cfg(feature = "serde")]
 pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, crate::Error> {
     let path = path.as_ref();
@@ -155,6 +165,7 @@ pub struct ReplayReport {
 
 impl ReplayReport {
     /// Tokens per target forward pass (1.0 = no gain; 0 when nothing was generated).
+    #[must_use]
     pub fn tau(&self) -> f64 {
         if self.steps == 0 {
             0.0
@@ -164,6 +175,7 @@ impl ReplayReport {
     }
 
     /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
+    #[must_use]
     pub fn acceptance(&self) -> f64 {
         if self.drafted == 0 {
             0.0
@@ -173,6 +185,7 @@ impl ReplayReport {
     }
 
     /// Mean time of a draft call, in microseconds.
+    #[must_use]
     pub fn micros_per_draft(&self) -> f64 {
         if self.steps == 0 {
             0.0

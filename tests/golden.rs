@@ -131,6 +131,8 @@ struct Seen {
     n_acc: usize,
 }
 
+// Every check of one golden line, in the trace's order.
+#[allow(clippy::too_many_lines)]
 fn check_line(line: Line, dir: &Path) -> Result<(), String> {
     let case = &line.case;
     let config = config_of(&line.config, dir);

@@ -118,8 +118,8 @@ fn ngram_cache_live_forgets_within_its_budget() {
     let mut rng = common::Rng(0x9e37_79b9_7f4a_7c15);
     let (mut learned, mut peak) = (0usize, 0usize);
     for session in 0..10_000 {
-        let len = 200 + rng.below(200) as usize;
-        let history: Vec<u32> = (0..len).map(|_| rng.below(32_000) as u32).collect();
+        let len = 200 + rng.pick(200);
+        let history: Vec<u32> = (0..len).map(|_| rng.token(32_000)).collect();
         let prompt = len / 2;
         spec.begin(&history[..prompt]);
         for end in prompt..len - 1 {

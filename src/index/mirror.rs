@@ -143,6 +143,10 @@ impl Deref for Mirror {
 mod tests {
     use super::*;
 
+    fn token(x: usize) -> Token {
+        Token::try_from(x).unwrap()
+    }
+
     /// The rule written out position by position, as the drafters had it.
     fn naive(copy: &[Token], seq: &[Token]) -> Change {
         let have = copy.len();
@@ -166,7 +170,7 @@ mod tests {
             usize::try_from(rng % n).unwrap()
         };
         for round in 0..4000 {
-            let copy: Vec<Token> = (0..next(700)).map(|_| next(3) as Token).collect();
+            let copy: Vec<Token> = (0..next(700)).map(|_| token(next(3))).collect();
             let mut seq = copy.clone();
             match next(5) {
                 0 => seq.truncate(next(copy.len() as u64 + 1)),
@@ -177,7 +181,7 @@ mod tests {
                 _ => {}
             }
             for _ in 0..next(40) {
-                seq.push(next(3) as Token);
+                seq.push(token(next(3)));
             }
             let want = naive(&copy, &seq);
             assert_eq!(change(&copy, &seq, None), want, "round {round}");

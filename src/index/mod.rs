@@ -61,3 +61,71 @@ pub(crate) fn key_at(tokens: &[Token], p: usize, head: &[Token], last: Token) ->
     let n1 = head.len();
     tokens.get(p + n1) == Some(&last) && tokens.get(p..p + n1) == Some(head)
 }
+
+/// A position or entry number kept in 32 bits, below [`NONE`] (llama.cpp's
+/// positions are 32-bit too; 2^32 entries of any table here would take
+/// tens of GiB). Zero-cost: a `u32` in memory, a `usize` where it indexes.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Idx(u32);
+
+impl Idx {
+    /// No position (the sentinel).
+    pub(crate) const NONE: Idx = Idx(NONE);
+
+    /// `i` as an index, or `None` from `NONE` on.
+    #[inline]
+    pub(crate) fn new(i: usize) -> Option<Idx> {
+        match u32::try_from(i) {
+            Ok(v) if v != NONE => Some(Idx(v)),
+            _ => None,
+        }
+    }
+
+    /// `i` as an index, for tables that cannot reach 2^32 - 1 entries
+    /// (memory runs out long before).
+    ///
+    /// # Panics
+    ///
+    /// From `NONE` on.
+    #[inline]
+    #[track_caller]
+    pub(crate) fn must(i: usize) -> Idx {
+        Idx::new(i).expect("index past the 32-bit range")
+    }
+
+    /// An index stored as a `u32` (`NONE` reads as [`Idx::NONE`]).
+    #[inline(always)]
+    pub(crate) const fn from_u32(v: u32) -> Idx {
+        Idx(v)
+    }
+
+    #[inline(always)]
+    pub(crate) const fn get(self) -> u32 {
+        self.0
+    }
+
+    #[inline(always)]
+    pub(crate) const fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+
+    #[inline(always)]
+    pub(crate) const fn is_none(self) -> bool {
+        self.0 == NONE
+    }
+}
+
+/// The low 32 bits of a hash (tags; the reference's 32-bit hashes).
+#[inline(always)]
+pub(crate) const fn low32(x: u64) -> u32 {
+    (x & 0xFFFF_FFFF) as u32
+}
+
+/// The top `bits` bits of a hash (1 to 32): a bucket number.
+#[inline(always)]
+pub(crate) fn top_bits(x: u64, bits: u32) -> usize {
+    debug_assert!((1..=32).contains(&bits));
+    // Below 2^32: no check is left on 64-bit targets.
+    usize::try_from(x >> (64 - bits)).unwrap_or(usize::MAX)
+}

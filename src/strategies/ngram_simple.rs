@@ -35,6 +35,7 @@ impl NgramSimple {
     ///
     /// Sizes of 0 make it never draft; [`Strategy::validate`](crate::Strategy::validate)
     /// rejects them.
+    #[must_use]
     pub fn new(n: usize, m: usize) -> NgramSimple {
         NgramSimple {
             n,

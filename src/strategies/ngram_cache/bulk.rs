@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::table::{LookupCache, INDEXED_PART};
 use super::{hash_of, key_of, Fast, NGRAM_SIZES};
 use crate::drafter::Token;
-use crate::index::NONE;
+use crate::index::Idx;
 
 /// Runs of at least this many positions are learned in bulk
 /// (`LookupCache::update_bulk`).
@@ -47,26 +47,26 @@ fn radix_sort_top_bits(items: &mut Vec<(u64, u32)>) {
 fn count_follower(
     followers: &mut Vec<(Token, i32)>,
     start: usize,
-    slot_of: &mut HashMap<Token, u32, Fast>,
+    slot_of: &mut HashMap<Token, Idx, Fast>,
     token: Token,
 ) {
     let n = followers.len() - start;
     let found = if n <= INDEXED_PART {
         followers[start..].iter().position(|f| f.0 == token)
     } else {
-        slot_of.get(&token).map(|&j| j as usize)
+        slot_of.get(&token).map(|&j| j.as_usize())
     };
     if let Some(j) = found {
         followers[start + j].1 += 1;
         return;
     }
     if n == INDEXED_PART {
-        for (j, f) in followers[start..].iter().enumerate() {
-            slot_of.insert(f.0, j as u32);
+        for (f, j) in followers[start..].iter().zip(0..) {
+            slot_of.insert(f.0, Idx::from_u32(j));
         }
     }
     if n >= INDEXED_PART {
-        slot_of.insert(token, n as u32);
+        slot_of.insert(token, Idx::must(n));
     }
     followers.push((token, 1));
 }
@@ -87,9 +87,10 @@ impl LookupCache {
             // Longer n-grams repeat less; for them it did not.
             // (`from` passes `len` when the tokens are fewer than the size.)
             let run = len.saturating_sub(from);
-            if size == 1 && run >= BULK {
+            // (Bulk positions are u32: 2^32 tokens and more go one by one.)
+            if size == 1 && run >= BULK && Idx::new(len).is_some() {
                 self.update_bulk(tokens, size, from);
-                self.recent.0[0] = NONE;
+                self.recent.0[0] = Idx::NONE;
                 continue;
             }
             // Room for a long run's new n-grams up front, but for an eighth
@@ -98,9 +99,9 @@ impl LookupCache {
             // few distinct ones over several times the cache they need.
             if run >= BULK {
                 let entries = &self.entries;
-                self.tables[4 - size].reserve(run / 8, |&i| hash_of(&entries[i as usize].key));
+                self.tables[4 - size].reserve(run / 8, |&i| hash_of(&entries[i.as_usize()].key));
             }
-            let mut prev = NONE;
+            let mut prev = Idx::NONE;
             for i in from..len {
                 let key = key_of(&tokens[i - size..i]);
                 prev = self.add_after(prev, &key, tokens[i], 1);
@@ -116,19 +117,22 @@ impl LookupCache {
     /// is added once, with its count, in the order of first occurrence.
     /// Counts, follower orders and winners come out as position-by-position
     /// adds leave them (see the test `bulk_learning_equals_token_by_token`).
+    ///
+    /// # Panics
+    ///
+    /// With 2^32 - 1 tokens or more (`update` learns those one by one).
     pub(super) fn update_bulk(&mut self, tokens: &[Token], size: usize, from: usize) {
         let key_at = |p: u32| key_of(&tokens[p as usize - size..p as usize]);
         // (hash, position), stably sorted by the hash's top bits: equal keys
         // become neighbours, in position order.
-        let mut items: Vec<(u64, u32)> = (from..tokens.len())
-            .map(|i| (hash_of(&key_of(&tokens[i - size..i])), i as u32))
-            .collect();
+        let positions = Idx::must(from).get()..Idx::must(tokens.len()).get();
+        let mut items: Vec<(u64, u32)> = positions.map(|p| (hash_of(&key_at(p)), p)).collect();
         radix_sort_top_bits(&mut items);
         // Distinct (key, follower) pairs with their counts, in first-occurrence
         // order within each key; keys by first occurrence.
-        let mut groups: Vec<(u32, u32, u32)> = Vec::new(); // (first position, followers start, end)
+        let mut groups: Vec<(u32, usize, usize)> = Vec::new(); // (first position, followers start, end)
         let mut followers: Vec<(Token, i32)> = Vec::new();
-        let mut slot_of: HashMap<Token, u32, Fast> = HashMap::default();
+        let mut slot_of: HashMap<Token, Idx, Fast> = HashMap::default();
         let mut run = 0;
         while run < items.len() {
             let top = items[run].0 >> RADIX_SHIFT;
@@ -157,18 +161,18 @@ impl LookupCache {
                     count_follower(&mut followers, start, &mut slot_of, token);
                     g += 1;
                 }
-                groups.push((first, start as u32, followers.len() as u32));
+                groups.push((first, start, followers.len()));
             }
             run = end;
         }
         groups.sort_unstable_by_key(|g| g.0);
         self.entries.reserve(groups.len());
         let entries = &self.entries;
-        self.tables[4 - size].reserve(groups.len(), |&i| hash_of(&entries[i as usize].key));
+        self.tables[4 - size].reserve(groups.len(), |&i| hash_of(&entries[i.as_usize()].key));
         for &(first, start, end) in &groups {
             let key = key_at(first);
             let hash = hash_of(&key);
-            for &(token, count) in &followers[start as usize..end as usize] {
+            for &(token, count) in &followers[start..end] {
                 self.add(&key, hash, token, count);
             }
         }
@@ -176,6 +180,7 @@ impl LookupCache {
 
     /// A cache of `corpus` with n-gram sizes `sizes`: `2..=2` is what
     /// `llama-lookup-create` writes (static caches), `1..=4` a dynamic cache.
+    #[must_use]
     pub fn from_tokens(corpus: &[Token], sizes: std::ops::RangeInclusive<usize>) -> LookupCache {
         let mut cache = LookupCache::new();
         cache.update(corpus, sizes, corpus.len());
@@ -185,9 +190,9 @@ impl LookupCache {
     /// llama.cpp's `common_ngram_cache_merge`: adds `other`'s counts (new
     /// n-grams and followers enter after the existing ones).
     pub fn merge(&mut self, other: &LookupCache) {
-        for (i, e) in other.entries.iter().enumerate() {
+        for (e, i) in other.entries.iter().zip(0..) {
             let hash = hash_of(&e.key);
-            for (t, c) in other.view(i).iter() {
+            for (t, c) in other.view(Idx::from_u32(i)).iter() {
                 self.add(&e.key, hash, t, c);
             }
         }

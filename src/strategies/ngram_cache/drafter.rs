@@ -29,7 +29,7 @@ const STRICT: Thresholds = Thresholds {
 /// the newest.
 pub(super) fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
     let Some(ps) = ps.filter(|p| p.len() > 0) else {
-        return part.best as usize;
+        return part.best();
     };
     let weight = |t: Token| ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64);
     let better = |(s, i): (i64, usize), (bs, bi): (i64, usize)| s > bs || (s == bs && i > bi);
@@ -48,7 +48,7 @@ pub(super) fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
     }
     // Large part, smaller static part: the winner is either a follower the
     // static part weights, or the best-counted follower if it is unweighted.
-    let top = part.best as usize;
+    let top = part.best();
     if ps.find(part.token(top)).is_some() {
         return scan();
     }
@@ -182,6 +182,7 @@ enum Source {
 
 impl NgramCache {
     /// A drafter with no static or dynamic cache.
+    #[must_use]
     pub fn new() -> NgramCache {
         NgramCache::default()
     }
@@ -261,16 +262,19 @@ impl NgramCache {
 
     /// The context cache learned from the history (for `ngram-cache-live`,
     /// its current generation).
+    #[must_use]
     pub fn context(&self) -> &LookupCache {
         &self.context
     }
 
     /// History tokens fed to the context cache so far (its high-water mark).
+    #[must_use]
     pub fn cache_size(&self) -> usize {
         self.cache_size
     }
 
     /// Drafted tokens taken from the context, dynamic and static cache.
+    #[must_use]
     pub fn tokens_from(&self) -> TokensFrom {
         self.tokens_from
     }
@@ -330,7 +334,7 @@ impl NgramCache {
             else {
                 continue;
             };
-            hints.0[s - 1] = i as u32;
+            hints.0[s - 1] = i;
             let (token, count, sum) = match ps {
                 // No static weights: the winner is the one the entry keeps.
                 None => cache.top(i),
@@ -421,10 +425,9 @@ impl Drafter for NgramCache {
             } else {
                 match ps {
                     Some(p)
-                        if p.sum >= 2
-                            && 100 * p.count(p.best as usize) as i64 >= 50 * p.sum as i64 =>
+                        if p.sum >= 2 && 100 * p.count(p.best()) as i64 >= 50 * p.sum as i64 =>
                     {
-                        (p.token(p.best as usize), Source::Static)
+                        (p.token(p.best()), Source::Static)
                     }
                     _ => break,
                 }

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
-use super::table::{LookupCache, BIG, INDEXED_PART, SINGLE};
+use super::table::{LookupCache, More, INDEXED_PART};
 use super::Fast;
 use crate::drafter::Token;
+use crate::index::Idx;
 
 /// The followers of an n-gram with two or more, in insertion order with
 /// their counts, and the current winner by count (ties: the newest), kept
@@ -24,17 +25,26 @@ use crate::drafter::Token;
 #[derive(Clone, Debug, Default)]
 pub(super) struct Part {
     pub(super) followers: SmallVec<[(Token, i32); 2]>,
-    pub(super) best: u32,
+    /// The winner's position among `followers`.
+    pub(super) best: Idx,
+}
+
+impl Default for Idx {
+    /// Position 0 (a part's first winner).
+    fn default() -> Idx {
+        Idx::from_u32(0)
+    }
 }
 
 /// The key of `token` among the followers of part `id` in `LookupCache::index`.
-pub(super) fn follower_key(id: u32, token: Token) -> u64 {
-    u64::from(id) << 32 | u64::from(token)
+#[inline]
+pub(super) fn follower_key(id: Idx, token: Token) -> u64 {
+    u64::from(id.get()) << 32 | u64::from(token)
 }
 
 /// `LookupCache::index`: `follower_key(part, token)` -> (position among the
 /// part's followers, count).
-pub(super) type FollowerIndex = HashMap<u64, (u32, i32), Fast>;
+pub(super) type FollowerIndex = HashMap<u64, (Idx, i32), Fast>;
 
 /// A read-only view of one n-gram's followers, inline or not.
 #[derive(Clone, Copy, Debug)]
@@ -43,9 +53,11 @@ pub(super) struct PartRef<'a> {
     /// part with more than `INDEXED_PART` (see `Part`).
     pub(super) slots: &'a [(Token, i32)],
     pub(super) index: &'a FollowerIndex,
-    pub(super) id: u32,
+    /// The part (`Idx::NONE` for an inline follower).
+    pub(super) id: Idx,
     pub(super) sum: u32,
-    pub(super) best: u32,
+    /// The winner's position.
+    pub(super) best: Idx,
     /// The winner's count.
     pub(super) top: i32,
 }
@@ -59,13 +71,19 @@ impl<'a> PartRef<'a> {
         self.slots.len() > INDEXED_PART
     }
 
+    /// The position of `token` among the followers.
     pub(super) fn find(&self, token: Token) -> Option<usize> {
         if self.big() {
             let &(i, _) = self.index.get(&follower_key(self.id, token))?;
-            Some(i as usize)
+            Some(i.as_usize())
         } else {
             self.slots.iter().position(|&(t, _)| t == token)
         }
+    }
+
+    /// The winner's position.
+    pub(super) fn best(&self) -> usize {
+        self.best.as_usize()
     }
 
     pub(super) fn token(&self, i: usize) -> Token {
@@ -73,7 +91,7 @@ impl<'a> PartRef<'a> {
     }
 
     pub(super) fn count(&self, i: usize) -> i32 {
-        if i == self.best as usize {
+        if i == self.best.as_usize() {
             self.top
         } else if self.big() {
             let key = follower_key(self.id, self.slots[i].0);
@@ -90,41 +108,49 @@ impl<'a> PartRef<'a> {
 }
 
 impl LookupCache {
-    /// Adds `count` to `token`'s count among the followers of entry `i`.
+    /// Adds `count` (positive) to `token`'s count among the followers of entry `i`.
     #[inline]
-    pub(super) fn count(&mut self, i: usize, token: Token, count: i32) {
-        let e = &mut self.entries[i];
-        e.sum = e.sum.saturating_add(count as u32);
+    pub(super) fn count(&mut self, i: Idx, token: Token, count: i32) {
+        let entry = i.as_usize();
+        let e = &mut self.entries[entry];
+        e.sum = e.sum.saturating_add(count.unsigned_abs());
         if e.first.0 == token {
             // The only follower, or the winner: its count lives in the entry,
             // and counting it up keeps it the winner.
             e.first.1 = e.first.1.saturating_add(count);
             return;
         }
-        if e.more == SINGLE {
+        let id = if let Some(id) = e.more.id() {
+            id
+        } else {
             let mut followers = SmallVec::new();
             followers.push(e.first);
-            e.more = self.multi.len() as u32;
-            self.multi.push(Part { followers, best: 0 });
-        }
-        let (entry, id, top, big) = (i, e.more & !BIG, e.first.1, e.more & BIG != 0);
+            let id = Idx::must(self.multi.len());
+            e.more = More::part(id);
+            self.multi.push(Part {
+                followers,
+                best: Idx::default(),
+            });
+            id
+        };
+        let (top, big) = (e.first.1, e.more.is_big());
         let (i, c) = if big {
             let key = follower_key(id, token);
             match self.index.get_mut(&key) {
                 Some((i, c)) => {
                     *c = c.saturating_add(count);
-                    (*i as usize, *c)
+                    (i.as_usize(), *c)
                 }
                 None => {
-                    let followers = &mut self.multi[id as usize].followers;
+                    let followers = &mut self.multi[id.as_usize()].followers;
                     let i = followers.len();
                     followers.push((token, count));
-                    self.index.insert(key, (i as u32, count));
+                    self.index.insert(key, (Idx::must(i), count));
                     (i, count)
                 }
             }
         } else {
-            let part = &mut self.multi[id as usize];
+            let part = &mut self.multi[id.as_usize()];
             match part.followers.iter().position(|&(t, _)| t == token) {
                 Some(i) => {
                     let c = &mut part.followers[i].1;
@@ -137,10 +163,12 @@ impl LookupCache {
                     if i == INDEXED_PART {
                         // Past INDEXED_PART: positions and counts move to
                         // the index (the winner's count stays in the entry).
-                        for (j, &(t, c)) in part.followers.iter().enumerate() {
-                            self.index.insert(follower_key(id, t), (j as u32, c));
+                        for (&(t, c), j) in part.followers.iter().zip(0..) {
+                            self.index
+                                .insert(follower_key(id, t), (Idx::from_u32(j), c));
                         }
-                        self.entries[entry].more = id | BIG;
+                        let e = &mut self.entries[entry];
+                        e.more = e.more.big();
                     }
                     (i, count)
                 }
@@ -151,11 +179,11 @@ impl LookupCache {
         }
         // A new winner (ties: the newest): the old one's count goes back to
         // its slot, the new one's into the entry.
-        let part = &mut self.multi[id as usize];
-        let best = part.best as usize;
+        let part = &mut self.multi[id.as_usize()];
+        let best = part.best.as_usize();
         if c > top || i > best {
             // (The flag is read again: this count may have made the part big.)
-            if self.entries[entry].more & BIG != 0 {
+            if self.entries[entry].more.is_big() {
                 let old = follower_key(id, self.entries[entry].first.0);
                 if let Some(slot) = self.index.get_mut(&old) {
                     slot.1 = top;
@@ -163,7 +191,7 @@ impl LookupCache {
             } else {
                 part.followers[best].1 = top;
             }
-            part.best = i as u32;
+            part.best = Idx::must(i);
             self.entries[entry].first = (token, c);
         }
     }

@@ -6,7 +6,7 @@ use super::drafter::{winner, NgramCache};
 use super::table::{LookupCache, Recent, INDEXED_PART};
 use super::{hash_of, key_of, Key, NGRAM_SIZES};
 use crate::drafter::{DraftLimits, Drafter, Token};
-use crate::index::NONE;
+use crate::index::Idx;
 use crate::Error;
 
 /// A one-key cache with `followers` added in order, and that key.
@@ -67,7 +67,9 @@ fn counts_survive_a_part_growing_past_the_indexed_size() {
 #[test]
 fn static_weights_decide_and_match_a_scan() {
     // Large parts take the indexed path; compare it with a plain scan.
-    let many: Vec<(Token, i32)> = (0..40u32).map(|t| (t, 1 + (t % 7) as i32)).collect();
+    let many: Vec<(Token, i32)> = (0..40)
+        .map(|t| (t, 1 + i32::try_from(t % 7).unwrap()))
+        .collect();
     let (cache, key) = cache_of(&many);
     let part = cache.part(&key).unwrap();
     assert!(part.len() > INDEXED_PART);
@@ -106,7 +108,7 @@ fn bulk_learning_equals_token_by_token() {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
-                (rng % alphabet) as Token
+                Token::try_from(rng % alphabet).unwrap()
             })
             .collect();
         for size in NGRAM_SIZES {
@@ -135,9 +137,9 @@ fn bulk_learning_equals_token_by_token() {
                 let counts: Vec<i32> = b.iter().map(|(_, c)| c).collect();
                 let max = counts.iter().max().copied();
                 let newest = counts.iter().rposition(|&c| Some(c) == max);
-                assert_eq!(Some(b.best as usize), newest, "key {key:?}");
+                assert_eq!(Some(b.best()), newest, "key {key:?}");
                 // The entry keeps the winner in step with the part.
-                let (t, c) = (a.token(a.best as usize), a.count(a.best as usize));
+                let (t, c) = (a.token(a.best()), a.count(a.best()));
                 let want = Some((t, c, a.sum));
                 for cache in [&bulk, &single] {
                     let top = cache.find(&key_of(key)).map(|i| cache.top(i));
@@ -151,16 +153,18 @@ fn bulk_learning_equals_token_by_token() {
 /// A text whose second half repeats passages of its first.
 fn repetitive(len: usize) -> Vec<Token> {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |n: u64| {
+    let mut next = |n: usize| {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        rng % n
+        usize::try_from(rng % n as u64).unwrap()
     };
-    let mut text: Vec<Token> = (0..len / 2).map(|_| next(50) as Token).collect();
+    let mut text: Vec<Token> = (0..len / 2)
+        .map(|_| Token::try_from(next(50)).unwrap())
+        .collect();
     while text.len() < len {
-        let start = next(len as u64 / 2 - 40) as usize;
-        text.extend_from_within(start..start + 5 + next(30) as usize);
+        let start = next(len / 2 - 40);
+        text.extend_from_within(start..start + 5 + next(30));
     }
     text
 }
@@ -176,7 +180,7 @@ fn successor_guesses_find_repeated_passages() {
     // Walking the text again, each n-gram's entry is mostly the guess of
     // the one before it, and a guess is never taken for a wrong key.
     for size in [2, 3, 4] {
-        let (mut guessed, mut prev) = (0, NONE);
+        let (mut guessed, mut prev) = (0, Idx::NONE);
         for i in size..text.len() {
             let key = key_of(&text[i - size..i]);
             let i = cache.find(&key).expect("every n-gram is learned");
@@ -185,12 +189,9 @@ fn successor_guesses_find_repeated_passages() {
                     assert_eq!(j, i, "size {size}");
                     guessed += 1;
                 }
-                None => assert_ne!(
-                    cache.entries.get(prev as usize).map(|e| e.next),
-                    Some(i as u32)
-                ),
+                None => assert_ne!(cache.entries.get(prev.as_usize()).map(|e| e.next), Some(i)),
             }
-            prev = i as u32;
+            prev = i;
         }
         let share = guessed as f64 / (text.len() - size) as f64;
         assert!(share > 0.5, "size {size}: {share:.2} guessed");
@@ -213,11 +214,11 @@ fn wrong_guesses_change_no_draft() {
     learn(&mut right);
     learn(&mut wrong);
     // Every guess points at some other entry.
-    let n = wrong.context.entries.len() as u32;
-    for (i, e) in wrong.context.entries.iter_mut().enumerate() {
-        e.next = (i as u32 * 7919 + 13) % n;
+    let n = u32::try_from(wrong.context.entries.len()).unwrap();
+    for (e, i) in wrong.context.entries.iter_mut().zip(0u32..) {
+        e.next = Idx::from_u32((i * 7919 + 13) % n);
     }
-    wrong.context.recent = Recent([0, 1, 2, 3]);
+    wrong.context.recent = Recent([0, 1, 2, 3].map(Idx::from_u32));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for pos in 2001..text.len() {
         a.clear();
@@ -233,15 +234,15 @@ fn table_grows_and_finds_every_key() {
     // Keys that share their home slot's low bits, past several growths.
     let mut cache = LookupCache::new();
     let keys: Vec<Key> = (0..5000u32).map(|i| key_of(&[i % 7, i / 7, 3])).collect();
-    for (n, key) in keys.iter().enumerate() {
-        cache.add(key, hash_of(key), n as Token, 1);
-        cache.add(key, hash_of(key), n as Token + 1, 2);
+    for (key, n) in keys.iter().zip(0..) {
+        cache.add(key, hash_of(key), n, 1);
+        cache.add(key, hash_of(key), n + 1, 2);
     }
     assert_eq!(cache.len(), keys.len());
-    for (n, key) in keys.iter().enumerate() {
+    for (key, n) in keys.iter().zip(0..) {
         let part = cache.part(key).unwrap();
         let followers: Vec<_> = part.iter().collect();
-        assert_eq!(followers, [(n as Token, 1), (n as Token + 1, 2)]);
+        assert_eq!(followers, [(n, 1), (n + 1, 2)]);
         assert_eq!(part.sum, 3);
     }
     assert!(cache.part(&key_of(&[9, 9, 9, 9])).is_none());
