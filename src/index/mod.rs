@@ -116,6 +116,13 @@ impl Idx {
     }
 }
 
+impl Default for Idx {
+    /// Index 0.
+    fn default() -> Idx {
+        Idx(0)
+    }
+}
+
 /// The low 32 bits of a hash (tags; the reference's 32-bit hashes).
 #[inline(always)]
 pub(crate) const fn low32(x: u64) -> u32 {

@@ -411,7 +411,7 @@ impl Drafter for NgramMap {
         }
         self.last_draft = None;
         // Positions are stored as u32 (0 = empty), as in the reference.
-        if n == 0 || m == 0 || len < 2 * n + m || len >= u32::MAX as usize {
+        if n == 0 || m == 0 || len < 2 * n + m || Idx::new(len).is_none() {
             return;
         }
         self.last_check = len;

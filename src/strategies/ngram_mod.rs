@@ -74,7 +74,7 @@ impl std::fmt::Debug for NgramPool {
 impl NgramPool {
     /// A pool of `size` empty cells (8 bytes each).
     ///
-    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE).
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`].
     ///
     /// # Errors
     ///

@@ -29,13 +29,6 @@ pub(super) struct Part {
     pub(super) best: Idx,
 }
 
-impl Default for Idx {
-    /// Position 0 (a part's first winner).
-    fn default() -> Idx {
-        Idx::from_u32(0)
-    }
-}
-
 /// The key of `token` among the followers of part `id` in `LookupCache::index`.
 #[inline]
 pub(super) fn follower_key(id: Idx, token: Token) -> u64 {

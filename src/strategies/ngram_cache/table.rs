@@ -211,7 +211,7 @@ impl LookupCache {
                 index: &self.index,
                 id: Idx::NONE,
                 sum: e.sum,
-                best: Idx::from_u32(0),
+                best: Idx::default(),
                 top: e.first.1,
             };
         };
