@@ -13,6 +13,9 @@
 //! where the two differ (found by a full comparison).
 //!
 //! A sequence is `history ++ [last]` (`last` optional), as a draft call sees it.
+//! [`Mirror`] owns its copy; [`change`] and [`common_prefix`] work on any
+//! slice, for a drafter that keeps its copy in a buffer of its own (recall's
+//! `Roomy` stream mirror: `change(&mirror, history, Some(last))`).
 
 use std::ops::Deref;
 

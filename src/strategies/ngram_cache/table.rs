@@ -75,6 +75,9 @@ pub(super) struct Ngram {
     pub(super) next: Idx,
 }
 
+// The newtypes cost nothing: an entry stays 36 bytes.
+const _: () = assert!(std::mem::size_of::<Ngram>() == 36);
+
 /// Parts with more followers than this find a follower through
 /// `LookupCache::index` instead of a scan.
 pub(super) const INDEXED_PART: usize = 16;
