@@ -26,6 +26,14 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// Below `n`, as an index.
+    fn pick(&mut self, n: usize) -> usize {
+        usize::try_from(self.below(n as u64)).expect("below n")
+    }
+    /// A token below `n`.
+    fn token(&mut self, n: u32) -> Token {
+        Token::try_from(self.below(u64::from(n))).expect("below n")
+    }
 }
 
 /// Text-like: Zipf-ish words from a 5000-token vocabulary, with phrases and
@@ -36,13 +44,16 @@ fn text_stream(len: usize, seed: u64) -> Vec<Token> {
     while out.len() < len {
         if out.len() > 256 && rng.below(10) == 0 {
             // Quote an earlier passage of 8..72 tokens.
-            let n = 8 + rng.below(64) as usize;
-            let start = rng.below((out.len() - n) as u64) as usize;
+            let n = 8 + rng.pick(64);
+            let start = rng.pick(out.len() - n);
             out.extend_from_within(start..start + n);
         } else {
             // Zipf-like: small ids are much more frequent.
             let r = rng.below(1 << 20) as f64 / (1u64 << 20) as f64;
-            out.push((5000f64.powf(r) as Token).min(4999));
+            // In 1..=5000: the float's integer part is the token.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let t = 5000f64.powf(r) as Token;
+            out.push(t.min(4999));
         }
     }
     out.truncate(len);
@@ -58,9 +69,9 @@ fn code_edit_stream(len: usize, seed: u64) -> Vec<Token> {
         let mut next = Vec::with_capacity(file.len() + 16);
         for &t in &file {
             match rng.below(200) {
-                0 => next.push(rng.below(5000) as Token),
+                0 => next.push(rng.token(5000)),
                 1 => {}
-                2 => next.extend([t, rng.below(5000) as Token]),
+                2 => next.extend([t, rng.token(5000)]),
                 _ => next.push(t),
             }
         }

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use selfspec::replay::{replay, Session};
-use selfspec::strategies::{LookupCache, NGRAM_STATIC};
+use selfspec::strategies::ngram_cache::NGRAM_STATIC;
+use selfspec::strategies::LookupCache;
 use selfspec::{Config, Speculative, Strategy, Token};
 
 const SAMPLES: [(&str, &str); 2] = [

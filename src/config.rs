@@ -127,6 +127,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`.
+    #[must_use]
     pub fn name(&self) -> &'static str {
         match self {
             Strategy::NgramSimple { .. } => "ngram-simple",
@@ -140,6 +141,7 @@ impl Strategy {
     }
 
     /// The name in statistics lines: `ngram_simple`, `ngram_map_k`, ...
+    #[must_use]
     pub fn stats_name(&self) -> &'static str {
         match self {
             Strategy::NgramSimple { .. } => "ngram_simple",
@@ -154,6 +156,7 @@ impl Strategy {
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
     /// min_hits = 1), or `None` for an unknown name.
+    #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {
         Some(match name {
             "ngram-simple" => Strategy::NgramSimple { n: 12, m: 48 },
@@ -180,6 +183,10 @@ impl Strategy {
     }
 
     /// Checks every parameter against its allowed range.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] naming the first parameter outside its range.
     pub fn validate(&self) -> Result<(), Error> {
         let ctx = self.name();
         let ngram = |field, value: usize| range(ctx, field, value, 1, MAX_NGRAM);
@@ -399,6 +406,7 @@ impl Config {
 
     /// llama.cpp's full chain in its priority order: ngram-simple, ngram-map-k,
     /// ngram-map-k4v, ngram-mod, all with their defaults.
+    #[must_use]
     pub fn llama_cpp_chain() -> Config {
         Config::new(
             ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
@@ -419,6 +427,7 @@ impl Config {
     /// let mut spec = Speculative::new(&Config::recommended())?;
     /// # Ok::<(), selfspec::Error>(())
     /// ```
+    #[must_use]
     pub fn recommended() -> Config {
         Config::new([Strategy::Recall {
             threshold_permille: 130,
@@ -426,30 +435,39 @@ impl Config {
     }
 
     /// Sets `draft_max`.
+    #[must_use]
     pub fn with_draft_max(mut self, draft_max: usize) -> Config {
         self.draft_max = draft_max;
         self
     }
 
     /// Sets `draft_min`.
+    #[must_use]
     pub fn with_draft_min(mut self, draft_min: usize) -> Config {
         self.draft_min = draft_min;
         self
     }
 
     /// Sets `pool_size` (ngram-mod cells).
+    #[must_use]
     pub fn with_pool_size(mut self, pool_size: usize) -> Config {
         self.pool_size = pool_size;
         self
     }
 
     /// Appends a strategy to the chain.
+    #[must_use]
     pub fn with_strategy(mut self, strategy: Strategy) -> Config {
         self.strategies.push(strategy);
         self
     }
 
     /// Checks the limits, the pool size and every strategy.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyChain`], [`Error::DraftMinAboveMax`], or [`Error::OutOfRange`] for the limits,
+    /// the pool size or a strategy's parameter.
     pub fn validate(&self) -> Result<(), Error> {
         if self.strategies.is_empty() {
             return Err(Error::EmptyChain);

@@ -18,7 +18,7 @@
 //!
 //! | strategy | wins when | state |
 //! |---|---|---|
-//! | [`ngram-simple`](strategies::NgramSimple) | long verbatim repeats (code edits, quoting) | none |
+//! | [`ngram-simple`](strategies::NgramSimple) | long verbatim repeats (code edits, quoting) | position index of the history |
 //! | [`ngram-map-k`](strategies::NgramMap) | the same, adapting the draft length to past acceptance | hash index + key records |
 //! | [`ngram-map-k4v`](strategies::NgramMap) | keys with one dominant continuation; high acceptance | same, 4 values per key |
 //! | [`ngram-mod`](strategies::NgramMod) | text seen in *other* sequences (shared pool) | one pool per engine |
@@ -75,6 +75,7 @@
 pub mod config;
 mod drafter;
 mod error;
+mod index;
 pub mod replay;
 mod shared;
 mod speculative;

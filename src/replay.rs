@@ -40,6 +40,7 @@ pub struct Request {
 
 impl Request {
     /// A request from its prompt and recorded output.
+    #[must_use]
     pub fn new(prompt: Vec<Token>, output: Vec<Token>) -> Request {
         Request { prompt, output }
     }
@@ -80,6 +81,10 @@ impl Session {
 /// assert!(selfspec::replay::parse_workload("inline", "{").is_err());
 /// # Ok::<(), selfspec::Error>(())
 /// ```
+///
+/// # Errors
+///
+/// [`Error::Workload`](crate::Error::Workload) with the 1-based line that is not a session.
 #[cfg(feature = "serde")]
 pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Error> {
     let mut sessions = Vec::new();
@@ -98,6 +103,11 @@ pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Err
 }
 
 /// Reads a workload file in JSON Lines (see [`parse_workload`]).
+///
+/// # Errors
+///
+/// [`Error::Workload`](crate::Error::Workload) (line 0) when the file cannot be read, or as
+/// [`parse_workload`].
 #[cfg(feature = "serde")]
 pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, crate::Error> {
     let path = path.as_ref();
@@ -157,6 +167,7 @@ pub struct ReplayReport {
 
 impl ReplayReport {
     /// Tokens per target forward pass (1.0 = no gain; 0 when nothing was generated).
+    #[must_use]
     pub fn tau(&self) -> f64 {
         if self.steps == 0 {
             0.0
@@ -166,6 +177,7 @@ impl ReplayReport {
     }
 
     /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
+    #[must_use]
     pub fn acceptance(&self) -> f64 {
         if self.drafted == 0 {
             0.0
@@ -175,6 +187,7 @@ impl ReplayReport {
     }
 
     /// Mean time of a draft call, in microseconds.
+    #[must_use]
     pub fn micros_per_draft(&self) -> f64 {
         if self.steps == 0 {
             0.0
@@ -281,6 +294,7 @@ impl Engine {
     };
 
     /// `slots` slots, each keeping its drafter.
+    #[must_use]
     pub fn slots(slots: usize) -> Engine {
         Engine {
             slots,
@@ -289,6 +303,7 @@ impl Engine {
     }
 
     /// `slots` slots, a new drafter for every request.
+    #[must_use]
     pub fn fresh(slots: usize) -> Engine {
         Engine { slots, fresh: true }
     }
@@ -334,6 +349,10 @@ struct Slot {
 /// assert!(report.tau() > 2.0);
 /// # Ok::<(), selfspec::Error>(())
 /// ```
+///
+/// # Errors
+///
+/// An invalid `config` ([`Config::validate`]).
 pub fn replay_engine(
     config: &Config,
     shared: &Shared,

@@ -45,6 +45,11 @@ pub struct Speculative {
 impl Speculative {
     /// Builds the chain `config` describes, with a new ngram-mod pool of
     /// `config.pool_size` cells if the chain has ngram-mod.
+    ///
+    /// # Errors
+    ///
+    /// what [`Config::validate`] finds, or [`Error::CacheFile`] for an ngram-cache file that cannot
+    /// be loaded.
     pub fn new(config: &Config) -> Result<Speculative, Error> {
         Speculative::with_shared(config, &Shared::new(config)?)
     }
@@ -63,6 +68,10 @@ impl Speculative {
     /// let mut spec = Speculative::with_shared(&config, &shared)?; // per request
     /// # Ok::<(), selfspec::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// An invalid `config` ([`Config::validate`]) or an unreadable cache file of ngram-cache.
     pub fn with_shared(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
         config.validate()?;
         Speculative::build(config, shared)
@@ -82,6 +91,10 @@ impl Speculative {
     /// assert!(Arc::ptr_eq(seq_a.pool().unwrap(), seq_b.pool().unwrap()));
     /// # Ok::<(), selfspec::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// as [`Speculative::new`].
     pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Speculative, Error> {
         Speculative::with_shared(config, &Shared::with_pool(config, pool)?)
     }
@@ -136,6 +149,11 @@ impl Speculative {
     /// model) in priority order, with the engine's limits.
     ///
     /// Errors on an empty chain or limits outside `1 <= max <= MAX_DRAFT`, `min <= max`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyChain`], or [`Error::OutOfRange`] / [`Error::DraftMinAboveMax`] for the
+    /// limits.
     pub fn from_drafters(
         drafters: Vec<Box<dyn Drafter>>,
         limits: DraftLimits,
@@ -174,11 +192,13 @@ impl Speculative {
     }
 
     /// The engine limits this instance enforces.
+    #[must_use]
     pub fn limits(&self) -> DraftLimits {
         self.limits
     }
 
     /// The ngram-mod pool, if the chain has ngram-mod.
+    #[must_use]
     pub fn pool(&self) -> Option<&Arc<NgramPool>> {
         self.pool.as_ref()
     }
@@ -255,29 +275,34 @@ impl Speculative {
     }
 
     /// The draft returned by the last [`draft`](Speculative::draft) call.
+    #[must_use]
     pub fn last_draft(&self) -> &[Token] {
         &self.draft
     }
 
     /// Index in the chain of the strategy that produced the last draft
     /// (`None` when the last `draft` call returned nothing).
+    #[must_use]
     pub fn drafted_by(&self) -> Option<usize> {
         self.source
     }
 
     /// Heap bytes held for this sequence by the strategies and the draft
     /// buffer (the shared ngram-mod pool is not counted: see [`NgramPool::size_bytes`]).
+    #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>() + self.draft.capacity() * 4
     }
 
     /// The `i`-th drafter of the chain (see [`Drafter::as_any`] to reach the
     /// concrete type).
+    #[must_use]
     pub fn drafter(&self, i: usize) -> Option<&dyn Drafter> {
         self.drafters.get(i).map(|d| &**d)
     }
 
     /// Per-strategy counters and timings, in chain order.
+    #[must_use]
     pub fn stats(&self) -> &[DrafterStats] {
         &self.stats
     }

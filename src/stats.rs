@@ -50,6 +50,7 @@ impl DrafterStats {
     }
 
     /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
+    #[must_use]
     pub fn acceptance(&self) -> f64 {
         if self.gen_tokens == 0 {
             0.0
@@ -76,6 +77,7 @@ impl DrafterStats {
 impl DrafterStats {
     /// The counts and times accumulated since `earlier` (a copy of these
     /// statistics taken before), e.g. over one replay.
+    #[must_use]
     pub fn since(&self, earlier: &DrafterStats) -> DrafterStats {
         DrafterStats {
             name: self.name.clone(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use common::{drive, Rng};
 
 use selfspec::replay::{replay, ReplayReport, Request, Session, Step};
-use selfspec::strategies::{NgramMap, NgramMod, NgramSimple, KEY_MAP_SIZE};
+use selfspec::strategies::ngram_map::KEY_MAP_SIZE;
+use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
 use selfspec::{
     Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy,
 };
@@ -32,7 +33,7 @@ fn ten_thousand_unrelated_sessions_stay_bounded() {
     let mut rng = Rng(0x5eed);
     let sessions: Vec<Session> = (0..10_000)
         .map(|i| {
-            let (p, o) = (20 + rng.below(300) as usize, 20 + rng.below(150) as usize);
+            let (p, o) = (20 + rng.pick(300), 20 + rng.pick(150));
             let (prompt, output) = (rng.text(p, 12), rng.text(o, 12));
             Session::new(
                 format!("s{i}"),

@@ -95,6 +95,8 @@ fn bad_strategy_strings() {
 }
 
 #[test]
+// A table of cases, read top to bottom.
+#[allow(clippy::too_many_lines)]
 fn bad_configurations_get_exact_errors() {
     let base = Config::default();
     let cases: Vec<(&str, Config, Error)> = vec![

@@ -106,7 +106,7 @@ fn a_request_in_flight_survives_an_earlier_long_history() -> Result<(), Error> {
     // hit mid-generation (tau 1.32 against 16.67 on a fresh instance).
     let config = Config::recommended();
     let mut rng = Rng(11);
-    let long: Vec<Token> = (0..1_048_076).map(|_| rng.below(50_000) as Token).collect();
+    let long: Vec<Token> = (0..1_048_076).map(|_| rng.token(50_000)).collect();
     let prompt = rng.text(400, 5000);
     let fresh = tau(run(&mut Speculative::new(&config)?, &prompt, &prompt));
     let mut spec = Speculative::new(&config)?;
@@ -126,7 +126,7 @@ fn a_prompt_larger_than_the_budget_keeps_its_recent_part() -> Result<(), Error> 
     // cleared at the first draft (a copy task accepted 0 of 400).
     let config = Config::recommended();
     let mut rng = Rng(13);
-    let prompt: Vec<Token> = (0..3 << 20).map(|_| rng.below(50_000) as Token).collect();
+    let prompt: Vec<Token> = (0..3 << 20).map(|_| rng.token(50_000)).collect();
     let copy = prompt[prompt.len() - 5_000..prompt.len() - 4_600].to_vec();
     let mut spec = Speculative::new(&config)?;
     let (tokens, steps) = run(&mut spec, &prompt, &copy);
@@ -204,7 +204,7 @@ fn forgetting_is_oldest_first_and_never_a_wipe() {
     let mut rng = Rng(19);
     let mut requests = Vec::new();
     for _ in 0..40 {
-        let r: Vec<Token> = (0..100).map(|_| rng.below(1 << 30) as Token).collect();
+        let r: Vec<Token> = (0..100).map(|_| rng.token(1 << 30)).collect();
         memory.append(&r);
         requests.push(r);
         assert!(memory.len() <= cap);
@@ -339,7 +339,8 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     let mut flipped = good.clone();
     let mid = good.len() / 2;
     flipped[mid] ^= 0x40;
-    let cases: Vec<(&str, Vec<u8>, fn(&MemoryFileProblem) -> bool)> = vec![
+    type Case = (&'static str, Vec<u8>, fn(&MemoryFileProblem) -> bool);
+    let cases: Vec<Case> = vec![
         ("empty", vec![], |p| {
             matches!(p, MemoryFileProblem::NotAMemoryFile)
         }),
@@ -368,7 +369,7 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     for (name, bytes, expected) in cases {
         let (p, offset) = problem(&bytes).unwrap_or_else(|| panic!("{name}: loaded"));
         assert!(expected(&p), "{name}: {p}");
-        assert!(offset as usize <= bytes.len(), "{name}: offset {offset}");
+        assert!(offset <= bytes.len() as u64, "{name}: offset {offset}");
     }
     assert!(problem(&good).is_none());
     // A pool of another size cannot be used.

@@ -32,7 +32,7 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                (x >> 32) as u8
+                ((x >> 32) & 0xFF) as u8
             })
             .collect();
         out.push((format!("random #{i}"), bytes));

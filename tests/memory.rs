@@ -51,7 +51,7 @@ fn per_sequence_memory_stays_within_budget() {
         let k4v = held(&mut NgramMap::four_values(8, 8, 1), h);
         let pool = std::sync::Arc::new(NgramPool::new(1 << 16).unwrap());
         let ngram_mod = held(&mut NgramMod::new(24, pool), h);
-        let table = selfspec::strategies::KEY_MAP_SIZE * 4;
+        let table = selfspec::strategies::ngram_map::KEY_MAP_SIZE * 4;
         println!(
             "history {:>6}: ngram-simple {:>8} B ({:.1} KiB/1k tokens), ngram-map-k {:>8} B (1 MiB + {:.1} KiB/1k), \
              ngram-map-k4v {:>8} B (1 MiB + {:.1} KiB/1k), ngram-mod {} B",
@@ -100,4 +100,44 @@ fn per_sequence_memory_stays_within_budget() {
     }
     let pool = NgramPool::new(4 << 20).unwrap();
     assert_eq!(pool.size_bytes(), 32 << 20);
+}
+
+/// One `Speculative` with ngram-cache-live serving many unrelated sessions
+/// (random tokens: every n-gram new, the worst case for memory) stays within
+/// the budget DESIGN.md documents for its context cache (`LIVE_BUDGET`
+/// tokens learned in two generations).
+#[test]
+fn ngram_cache_live_forgets_within_its_budget() {
+    use selfspec::strategies::ngram_cache::LIVE_BUDGET;
+    use selfspec::{Config, Speculative, Strategy};
+    let config = Config::new([Strategy::NgramCacheLive {
+        static_cache: None,
+        dynamic_cache: None,
+    }]);
+    let mut spec = Speculative::new(&config).unwrap();
+    let mut rng = common::Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut learned, mut peak) = (0usize, 0usize);
+    for session in 0..10_000 {
+        let len = 200 + rng.pick(200);
+        let history: Vec<u32> = (0..len).map(|_| rng.token(32_000)).collect();
+        let prompt = len / 2;
+        spec.begin(&history[..prompt]);
+        for end in prompt..len - 1 {
+            let _ = spec.draft(&history[..end], history[end]);
+        }
+        learned += len - 1;
+        let bytes = spec.heap_bytes();
+        peak = peak.max(bytes);
+        if session % 2000 == 1999 {
+            println!(
+                "ngram-cache-live after {} sessions ({learned} tokens): {bytes} B, peak {peak} B",
+                session + 1
+            );
+        }
+    }
+    assert!(learned > 2 * LIVE_BUDGET, "the budget is reached");
+    // DESIGN.md: about 200 bytes per token of the budget on unrelated
+    // sessions (every n-gram distinct), 210 MiB at the default budget; the
+    // bound leaves 10% for growth slack.
+    assert!(peak <= 224 * LIVE_BUDGET, "peak {peak} B");
 }

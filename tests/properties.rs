@@ -160,7 +160,8 @@ fn equivalent(config: &Config, requests: &[RequestScript]) -> Result<(), TestCas
     }
     if let (Some(pool), Some(o)) = (spec.pool(), &oracle.pool) {
         prop_assert_eq!(pool.used(), o.borrow().used);
-        let resets = (pool.resets_occupancy() + pool.resets_low_acceptance()) as usize;
+        let resets =
+            usize::try_from(pool.resets_occupancy() + pool.resets_low_acceptance()).unwrap();
         prop_assert_eq!(resets, o.borrow().resets);
     }
     Ok(())

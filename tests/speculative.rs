@@ -281,7 +281,7 @@ fn every_ngram_mod_of_a_chain_shares_one_pool() {
 #[test]
 fn replay_reports_only_its_own_counts() {
     use selfspec::replay::{replay, Request, Session};
-    let text: Vec<Token> = (0..400).map(|i| (i * 7 % 50) as Token).collect();
+    let text: Vec<Token> = (0..400).map(|i| i * 7 % 50).collect();
     let sessions = [Session::new(
         "s",
         "synthetic",

@@ -103,6 +103,10 @@ impl Shared {
     /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), selfspec::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MemoryFile`] when the file cannot be written or renamed into place.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
         let path = path.as_ref();
         let bytes = self.to_bytes();
@@ -128,9 +132,13 @@ impl Shared {
             Vec::with_capacity(HEADER + 8 * learned.len() + 8 * runs.len() + 4 * tokens.len() + 8);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(SAVED_ORDERS.len() as u32).to_le_bytes());
+        out.extend_from_slice(
+            &u32::try_from(SAVED_ORDERS.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
         for k in SAVED_ORDERS {
-            out.extend_from_slice(&(k as u32).to_le_bytes());
+            out.extend_from_slice(&u32::try_from(k).unwrap_or(u32::MAX).to_le_bytes());
         }
         let (pool_generation, pool_used, pool_size) = match &pool {
             Some(p) => {
@@ -159,7 +167,7 @@ impl Shared {
         for (len, context) in runs {
             out.extend_from_slice(&len.to_le_bytes());
             let c = context.as_slice();
-            out.extend_from_slice(&(c.len() as u32).to_le_bytes());
+            out.extend_from_slice(&u32::try_from(c.len()).unwrap_or(u32::MAX).to_le_bytes());
             for i in 0..RUN_CONTEXT {
                 out.extend_from_slice(&c.get(i).copied().unwrap_or(0).to_le_bytes());
             }
@@ -186,11 +194,19 @@ impl Shared {
     /// a missing or unreadable file, a file that is not a memory file, of
     /// another format version, truncated, with a wrong checksum, or built
     /// with another pool size or other recall orders than `config` uses.
+    ///
+    /// # Errors
+    ///
+    /// See below: [`Error::MemoryFile`] for every problem with the file, and an invalid `config`.
     pub fn load(config: &Config, path: impl AsRef<Path>) -> Result<Shared, Error> {
         Shared::load_with_budget(config, Budget::default(), path)
     }
 
     /// Like [`load`](Shared::load), with recall's memory held to `budget`.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Shared::load), and an invalid `budget`.
     pub fn load_with_budget(
         config: &Config,
         budget: Budget,
@@ -204,6 +220,10 @@ impl Shared {
     }
 
     /// Like [`load`](Shared::load) from bytes in memory (`name` labels errors).
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Shared::load).
     pub fn from_bytes(
         config: &Config,
         name: impl AsRef<Path>,
@@ -294,7 +314,9 @@ impl Shared {
         };
         if expected != bytes.len() as u64 {
             return Err(fail(
-                bytes.len().min(expected as usize),
+                bytes
+                    .len()
+                    .min(usize::try_from(expected).unwrap_or(usize::MAX)),
                 Problem::Truncated {
                     expected,
                     found: bytes.len() as u64,
@@ -344,7 +366,7 @@ impl Shared {
             let context: Vec<Token> = (0..RUN_CONTEXT).map(|_| r.u32().unwrap_or(0)).collect();
             if n > RUN_CONTEXT {
                 return Err(fail(
-                    r.at - RUN_BYTES as usize + 8,
+                    r.at + 8 - usize::try_from(RUN_BYTES).unwrap_or(0),
                     Problem::Corrupt {
                         what: "a run context longer than 16 tokens",
                     },
@@ -373,11 +395,11 @@ impl Shared {
                 let len = *len;
                 run.clear();
                 run.extend((0..len).map(|i| {
-                    let p = at + 4 * i as usize;
+                    let p = at + 4 * usize::try_from(i).unwrap_or(0);
                     u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap_or_default())
                 }));
                 memory.append_after(context.as_slice(), &run);
-                at += 4 * len as usize;
+                at += 4 * usize::try_from(len).unwrap_or(0);
             }
         } else if n_tokens != 0 {
             return Err(fail(
@@ -389,11 +411,15 @@ impl Shared {
         }
         if pool_size != 0 {
             let pool: std::sync::Arc<NgramPool> = self.pool()?;
-            let start = tokens_at + 4 * n_tokens as usize;
+            let start = tokens_at + 4 * usize::try_from(n_tokens).unwrap_or(0);
             let cells = bytes[start..body]
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
-            pool.restore(pool_generation, pool_used as usize, cells);
+            pool.restore(
+                pool_generation,
+                usize::try_from(pool_used).unwrap_or(0),
+                cells,
+            );
         }
         Ok(())
     }

@@ -85,6 +85,10 @@ impl Default for Budget {
 
 impl Budget {
     /// Checks both parts against [`MIN_BUDGET`]`..=`[`MAX_BUDGET`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] naming the part and the allowed range.
     pub fn validate(&self) -> Result<(), Error> {
         check_range("budget", "memory", self.memory, MIN_BUDGET, MAX_BUDGET)?;
         check_range("budget", "sequence", self.sequence, MIN_BUDGET, MAX_BUDGET)
@@ -102,11 +106,19 @@ struct Inner {
 impl Shared {
     /// The engine-wide state for `config` (validated); nothing large is
     /// allocated until a sequence needs it.
+    ///
+    /// # Errors
+    ///
+    /// An invalid `config` ([`Config::validate`]).
     pub fn new(config: &Config) -> Result<Shared, Error> {
         Shared::with_budget(config, Budget::default())
     }
 
     /// Like [`new`](Shared::new), with recall's memory held to `budget`.
+    ///
+    /// # Errors
+    ///
+    /// An invalid `config` or `budget`.
     pub fn with_budget(config: &Config, budget: Budget) -> Result<Shared, Error> {
         config.validate()?;
         budget.validate()?;
@@ -114,6 +126,10 @@ impl Shared {
     }
 
     /// Like [`new`](Shared::new), with an existing ngram-mod pool.
+    ///
+    /// # Errors
+    ///
+    /// An invalid `config`.
     pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Shared, Error> {
         config.validate()?;
         Ok(Shared::unchecked(config, Budget::default(), Some(pool)))
@@ -131,11 +147,16 @@ impl Shared {
     }
 
     /// recall's budgets.
+    #[must_use]
     pub fn budget(&self) -> Budget {
         self.inner.budget
     }
 
     /// The ngram-mod pool, made on first call.
+    ///
+    /// # Errors
+    ///
+    /// When the pool's cells cannot be allocated (see [`NgramPool::new`]).
     pub fn pool(&self) -> Result<Arc<NgramPool>, Error> {
         let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = &*pool {
@@ -147,6 +168,7 @@ impl Shared {
     }
 
     /// The ngram-mod pool if one was made.
+    #[must_use]
     pub fn existing_pool(&self) -> Option<Arc<NgramPool>> {
         self.inner
             .pool
@@ -156,6 +178,7 @@ impl Shared {
     }
 
     /// recall's engine-wide memory, made on first call.
+    #[must_use]
     pub fn recall_memory(&self) -> sync::Arc<RecallMemory> {
         let mut recall = self.inner.recall.lock().unwrap_or_else(|e| e.into_inner());
         recall
@@ -164,6 +187,7 @@ impl Shared {
     }
 
     /// recall's memory if one was made.
+    #[must_use]
     pub fn existing_recall_memory(&self) -> Option<sync::Arc<RecallMemory>> {
         self.inner
             .recall
@@ -174,6 +198,7 @@ impl Shared {
 
     /// Heap bytes of the engine-wide state: the pool's cells and recall's
     /// memory (at most [`Budget::memory`] plus ~7 KiB of learned tables).
+    #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.existing_pool().map_or(0, |p| p.size_bytes())
             + self.existing_recall_memory().map_or(0, |m| m.heap_bytes())

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::key_at;
-use super::poly::Poly;
-use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::poly::Poly;
+use crate::index::position_index::PositionIndex;
+use crate::index::{key_at, low32, Idx};
 
 /// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
 pub const KEY_MAP_SIZE: usize = 1 << 18;
@@ -22,7 +22,7 @@ const LCG_FACTOR: u64 = 2_654_435_761;
 /// The golden traces pin the slots it gives.
 #[inline]
 fn slot(h: u64) -> usize {
-    (h as u32) as usize % KEY_MAP_SIZE
+    low32(h) as usize % KEY_MAP_SIZE
 }
 
 /// Keys are already hashes: pass them through (with one mixing step).
@@ -31,7 +31,7 @@ struct PassThrough(u64);
 
 impl Hasher for PassThrough {
     fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26)
+        self.0.wrapping_mul(crate::index::FACTOR).rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -130,12 +130,14 @@ impl std::fmt::Debug for NgramMap {
 
 impl NgramMap {
     /// `ngram-map-k`: key size `n`, value size `m`.
+    #[must_use]
     pub fn key_only(n: usize, m: usize) -> NgramMap {
         NgramMap::new(n, m, true, 1)
     }
 
     /// `ngram-map-k4v`: key size `n`, value size `m`, drafting once a key was
     /// seen `min_hits` times and one of its values dominates.
+    #[must_use]
     pub fn four_values(n: usize, m: usize, min_hits: usize) -> NgramMap {
         NgramMap::new(n, m, false, min_hits)
     }
@@ -161,6 +163,7 @@ impl NgramMap {
     }
 
     /// Key records currently held.
+    #[must_use]
     pub fn record_count(&self) -> usize {
         self.records.len()
     }
@@ -246,8 +249,9 @@ impl NgramMap {
             loop {
                 let s = slot(h);
                 if key_map[s] == 0 {
-                    key_map[s] = j as u32;
-                    occupied.push(s as u32);
+                    // Histories of 2^32 tokens get no draft (see `draft`).
+                    key_map[s] = Idx::must(j).get();
+                    occupied.push(Idx::must(s).get());
                 }
                 j -= 1;
                 if j <= lower {
@@ -263,6 +267,72 @@ impl NgramMap {
         self.key_map_last = self.key_map_last.max(len - n - m - 1);
     }
 
+    /// k4v: counts the values that followed the key's occurrences since its
+    /// last statistics and returns the dominant one, if any (`None`: no draft).
+    #[inline]
+    fn dominant_value(
+        &mut self,
+        history: &[Token],
+        record: usize,
+        match_pos: usize,
+        (head, last): (&[Token], Token),
+        fresh: Value,
+    ) -> Option<usize> {
+        let (n, m) = (self.n, self.m);
+        let rec = &mut self.records[record];
+        if (rec.hits as usize) < self.min_hits {
+            return None;
+        }
+        // Count the values that followed each occurrence of the key in
+        // stat_pos..=match_pos, oldest first (match_pos itself is counted
+        // again next time: the reference does this). The position index
+        // walks the occurrences instead of scanning the range.
+        let occurrences = &mut self.scratch;
+        occurrences.clear();
+        let mut at = (match_pos >= rec.stat_pos).then_some(match_pos);
+        while let Some(i) = at.filter(|&i| i >= rec.stat_pos) {
+            occurrences.push(i);
+            at = self.index.older(i, head, last);
+        }
+        for &i in occurrences.iter().rev() {
+            let at = i + n;
+            let Some(candidate) = history.get(at..at + m) else {
+                continue;
+            };
+            let slot = rec
+                .values
+                .iter()
+                .position(|v| v.pos == 0 || history.get(v.pos..v.pos + m) == Some(candidate));
+            if let Some(s) = slot {
+                let v = &mut rec.values[s];
+                if v.pos == 0 {
+                    *v = Value { pos: at, ..fresh };
+                }
+                v.count = (v.count + 1).min(MAX_COUNT);
+            }
+        }
+        rec.stat_pos = match_pos;
+
+        let mut best = 0;
+        for (s, v) in rec.values.iter().enumerate() {
+            if v.count > rec.values[best].count {
+                best = s;
+            }
+        }
+        let max = rec.values[best].count as u32;
+        let others: u32 = rec
+            .values
+            .iter()
+            .enumerate()
+            .filter(|&(s, _)| s != best)
+            .map(|(_, v)| v.count as u32)
+            .sum();
+        if others > 0 && max < 2 * others {
+            return None;
+        }
+        Some(best)
+    }
+
     /// Re-derives `record_of` from the records and the current history.
     fn rebuild_record_index(&mut self) {
         self.record_of.clear();
@@ -270,7 +340,7 @@ impl NgramMap {
         for (i, rec) in self.records.iter().enumerate() {
             if let Some(key) = self.index.tokens().get(rec.pos..rec.pos + n) {
                 let hash = self.index.key_hash(&key[..n - 1], key[n - 1]);
-                self.record_of.entry(hash).or_insert(i as u32);
+                self.record_of.entry(hash).or_insert(Idx::must(i).get());
             }
         }
     }
@@ -341,7 +411,7 @@ impl Drafter for NgramMap {
         }
         self.last_draft = None;
         // Positions are stored as u32 (0 = empty), as in the reference.
-        if n == 0 || m == 0 || len < 2 * n + m || len >= u32::MAX as usize {
+        if n == 0 || m == 0 || len < 2 * n + m || Idx::new(len).is_none() {
             return;
         }
         self.last_check = len;
@@ -386,7 +456,7 @@ impl Drafter for NgramMap {
                     values: [fresh; MAX_VALUES],
                 });
                 let i = self.records.len() - 1;
-                self.record_of.entry(hash).or_insert(i as u32);
+                self.record_of.entry(hash).or_insert(Idx::must(i).get());
                 i
             }
         };
@@ -397,61 +467,14 @@ impl Drafter for NgramMap {
         let value = if self.key_only {
             0
         } else {
-            if (rec.hits as usize) < self.min_hits {
-                return;
+            match self.dominant_value(history, record, match_pos, (head, last), fresh) {
+                Some(value) => value,
+                None => return,
             }
-            // Count the values that followed each occurrence of the key in
-            // stat_pos..=match_pos, oldest first (match_pos itself is counted
-            // again next time: the reference does this). The position index
-            // walks the occurrences instead of scanning the range.
-            let occurrences = &mut self.scratch;
-            occurrences.clear();
-            let mut at = (match_pos >= rec.stat_pos).then_some(match_pos);
-            while let Some(i) = at.filter(|&i| i >= rec.stat_pos) {
-                occurrences.push(i);
-                at = self.index.older(i, head, last);
-            }
-            for &i in occurrences.iter().rev() {
-                let at = i + n;
-                let Some(candidate) = history.get(at..at + m) else {
-                    continue;
-                };
-                let slot = rec
-                    .values
-                    .iter()
-                    .position(|v| v.pos == 0 || history.get(v.pos..v.pos + m) == Some(candidate));
-                if let Some(s) = slot {
-                    let v = &mut rec.values[s];
-                    if v.pos == 0 {
-                        *v = Value { pos: at, ..fresh };
-                    }
-                    v.count = (v.count + 1).min(MAX_COUNT);
-                }
-            }
-            rec.stat_pos = match_pos;
-
-            let mut best = 0;
-            for (s, v) in rec.values.iter().enumerate() {
-                if v.count > rec.values[best].count {
-                    best = s;
-                }
-            }
-            let max = rec.values[best].count as u32;
-            let others: u32 = rec
-                .values
-                .iter()
-                .enumerate()
-                .filter(|&(s, _)| s != best)
-                .map(|(_, v)| v.count as u32)
-                .sum();
-            if others > 0 && max < 2 * others {
-                return;
-            }
-            best
         };
 
         // The draft continues the current match, not the winning value (the reference does this).
-        let count = m.min(rec.values[value].n_accepted);
+        let count = m.min(self.records[record].values[value].n_accepted);
         let start = match_pos + n;
         let end = (start + count).min(len);
         draft.extend_from_slice(&history[start..end]);
@@ -503,8 +526,8 @@ mod tests {
             h = (h.wrapping_mul(2_654_435_761).wrapping_add(t as u64)) & 0xffff_ffff;
         }
         let lcg = Poly::new(LCG_FACTOR, tokens.len());
-        assert_eq!(lcg.hash(tokens) as u32, h as u32);
-        assert_eq!(slot(lcg.hash(tokens)), (h as usize) % KEY_MAP_SIZE);
+        assert_eq!(low32(lcg.hash(tokens)), low32(h));
+        assert_eq!(slot(lcg.hash(tokens)), low32(h) as usize % KEY_MAP_SIZE);
     }
 
     #[test]

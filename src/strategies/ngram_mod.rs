@@ -4,16 +4,17 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::poly::Poly;
 use crate::config::MAX_POOL_SIZE;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::low32;
+use crate::index::poly::Poly;
 use crate::Error;
 
 /// The empty-cell marker: llama.cpp's `EMPTY = -1` as a `u32`.
 ///
 /// A token id equal to `EMPTY` (`u32::MAX`, i.e. `-1` as `i32`) can never be
 /// stored: adding an n-gram whose next token is `EMPTY` is skipped.
-pub const EMPTY: Token = u32::MAX;
+pub const EMPTY: Token = crate::index::NONE;
 
 /// Occupancy above which `begin` clears the pool (llama.cpp's 0.25).
 const OCCUPANCY_LIMIT: f64 = 0.25;
@@ -73,7 +74,11 @@ impl std::fmt::Debug for NgramPool {
 impl NgramPool {
     /// A pool of `size` empty cells (8 bytes each).
     ///
-    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE).
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] for a `size` of 0 or above the maximum.
     pub fn new(size: usize) -> Result<NgramPool, Error> {
         if size == 0 || size > MAX_POOL_SIZE {
             return Err(Error::OutOfRange {
@@ -123,16 +128,19 @@ impl NgramPool {
     #[inline(always)]
     fn cell_of(&self, h: u64) -> usize {
         match self.mask {
-            Some(mask) => (h & mask) as usize,
-            None => (h % self.cells.len() as u64) as usize,
+            Some(mask) => h & mask,
+            None => h % self.cells.len() as u64,
         }
+        // Below the cell count: it fits (no check is left on 64-bit targets).
+        .try_into()
+        .unwrap_or(usize::MAX)
     }
 
     #[inline(always)]
     fn load(&self, cell: usize, generation: u32) -> Token {
         let word = self.cells[cell].load(Relaxed);
         if (word >> 32) as u32 == generation {
-            word as u32
+            low32(word)
         } else {
             EMPTY
         }
@@ -145,7 +153,7 @@ impl NgramPool {
         // A plain load and store, not a swap: racing writers may both count a
         // cell as new, which only makes the occupancy reset come earlier.
         let word = c.load(Relaxed);
-        let was_empty = (word >> 32) as u32 != generation || word as u32 == EMPTY;
+        let was_empty = (word >> 32) as u32 != generation || low32(word) == EMPTY;
         c.store(((generation as u64) << 32) | next as u64, Relaxed);
         was_empty
     }
@@ -254,6 +262,7 @@ impl NgramMod {
     }
 
     /// The shared pool.
+    #[must_use]
     pub fn pool(&self) -> &Arc<NgramPool> {
         &self.pool
     }
@@ -389,9 +398,12 @@ mod tests {
     fn hash_widens_ids_as_i32() {
         // 2^32 - 2 is -2 as i32; llama.cpp adds it sign-extended to 64 bits.
         let p = NgramPool::new(65521).unwrap();
-        let h = 0u64.wrapping_mul(LCG_FACTOR).wrapping_add((-2i64) as u64);
+        let h = 0u64.wrapping_mul(LCG_FACTOR).wrapping_sub(2);
         let poly = Poly::new(LCG_FACTOR, 1);
-        assert_eq!(p.cell_of(poly.hash([u32::MAX - 1])), (h % 65521) as usize);
+        assert_eq!(
+            p.cell_of(poly.hash([u32::MAX - 1])),
+            usize::try_from(h % 65521).unwrap()
+        );
     }
 
     #[test]

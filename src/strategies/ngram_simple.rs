@@ -1,8 +1,8 @@
 //! ngram-simple: copy what followed the most recent earlier occurrence of the key.
 
-use super::key_at;
-use super::position_index::PositionIndex;
 use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::index::key_at;
+use crate::index::position_index::PositionIndex;
 
 /// llama.cpp's `ngram-simple` drafter.
 ///
@@ -35,6 +35,7 @@ impl NgramSimple {
     ///
     /// Sizes of 0 make it never draft; [`Strategy::validate`](crate::Strategy::validate)
     /// rejects them.
+    #[must_use]
     pub fn new(n: usize, m: usize) -> NgramSimple {
         NgramSimple {
             n,

@@ -28,17 +28,26 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// Below `n`, as an index.
+    pub fn pick(&mut self, n: usize) -> usize {
+        usize::try_from(self.below(n as u64)).expect("below n")
+    }
+    /// A token below `n`.
+    pub fn token(&mut self, n: u32) -> Token {
+        Token::try_from(self.below(u64::from(n))).expect("below n")
+    }
+
     /// Tokens from a small alphabet with copies of earlier stretches.
     pub fn text(&mut self, len: usize, alphabet: u64) -> Vec<Token> {
         let mut out: Vec<Token> = Vec::with_capacity(len);
         while out.len() < len {
             if out.len() > 20 && self.below(4) == 0 {
-                let n = 4 + self.below(16) as usize;
-                let start = self.below((out.len() - n.min(out.len() - 1)) as u64) as usize;
+                let n = 4 + self.pick(16);
+                let start = self.pick(out.len() - n.min(out.len() - 1));
                 let end = (start + n).min(out.len());
                 out.extend_from_within(start..end);
             } else {
-                out.push(self.below(alphabet) as Token);
+                out.push(Token::try_from(self.below(alphabet)).expect("a small alphabet"));
             }
         }
         out.truncate(len);

@@ -153,6 +153,9 @@ impl Oracle for Map {
         self.size_last_begin = s;
     }
 
+    // A line-by-line port of llama.cpp's function: kept in one piece so it
+    // reads against the original.
+    #[allow(clippy::too_many_lines)]
     fn draft(&mut self, hist: &[Token], last: Token, _: usize, _: usize) -> Vec<Token> {
         let (n, m, l) = (self.n, self.m, hist.len());
         if l < self.last_check || l < self.size_last_begin {
@@ -195,7 +198,7 @@ impl Oracle for Map {
             while j > self.key_map_last {
                 let s = lcg(&hist[j..j + n]);
                 if self.key_map[s] == 0 {
-                    self.key_map[s] = j as u32;
+                    self.key_map[s] = u32::try_from(j).unwrap();
                 }
                 j -= 1;
             }
@@ -204,7 +207,7 @@ impl Oracle for Map {
         while j > self.size_last_begin && j > self.key_map_last {
             let s = lcg(&hist[j..j + n]);
             if self.key_map[s] == 0 {
-                self.key_map[s] = j as u32;
+                self.key_map[s] = u32::try_from(j).unwrap();
             }
             j -= 1;
         }
@@ -314,11 +317,9 @@ impl Pool {
     fn idx(&self, k: &[Token]) -> usize {
         let mut h: u64 = 0;
         for &t in k {
-            h = h
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(t as i32 as i64 as u64);
+            h = h.wrapping_mul(6364136223846793005).wrapping_add(widen(t));
         }
-        (h % self.cells.len() as u64) as usize
+        usize::try_from(h % self.cells.len() as u64).unwrap()
     }
     fn add(&mut self, k: &[Token]) {
         let (key, next) = k.split_at(k.len() - 1);
@@ -577,4 +578,10 @@ impl Chain {
             self.parts[i].accept(n);
         }
     }
+}
+
+/// llama.cpp's `(int64_t) token` for an id read as `u32`: sign extension
+/// (the bits reinterpreted, no casts).
+fn widen(t: Token) -> u64 {
+    u64::from_ne_bytes(i64::from(i32::from_ne_bytes(t.to_ne_bytes())).to_ne_bytes())
 }

@@ -7,8 +7,8 @@
 //! written once, here.
 
 use crate::drafter::Token;
-use crate::strategies::poly::Poly;
-use crate::strategies::Roomy;
+use crate::index::poly::Poly;
+use crate::index::Roomy;
 
 /// Context orders indexed, longest last.
 pub(super) const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];

@@ -94,6 +94,7 @@ pub struct RunContext {
 
 impl RunContext {
     /// The last (at most 16) of `tokens`.
+    #[must_use]
     pub fn new(tokens: &[Token]) -> RunContext {
         let tokens = &tokens[tokens.len().saturating_sub(ORDERS[K - 1])..];
         let mut out = RunContext::default();
@@ -103,6 +104,7 @@ impl RunContext {
     }
 
     /// The tokens.
+    #[must_use]
     pub fn as_slice(&self) -> &[Token] {
         &self.tokens[..usize::from(self.len)]
     }
@@ -163,6 +165,7 @@ pub(super) struct View<'a> {
 impl RecallMemory {
     /// A memory of at most `budget` bytes: the largest power of two of tokens
     /// whose 84 bytes each fit (at least 1024 tokens, at most 2^30).
+    #[must_use]
     pub fn new(budget: usize) -> RecallMemory {
         let capacity = capacity_of(budget) as u64;
         RecallMemory {

@@ -7,6 +7,16 @@
 //! from every sequence; [`Recall`] (one per sequence or request) holds the
 //! current session's own index, the copy pointer and the locality anchors.
 
+// Casts between token positions (u64), slot indexes (usize) and 32-bit
+// links are bounded by the capacities (at most 2^30 tokens), and the
+// feature arithmetic converts counts to f64: checked in the constructors.
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_precision_loss
+)]
+
 mod calibrate;
 mod index;
 mod memory;
@@ -18,7 +28,7 @@ pub use memory::{RecallMemory, RunContext};
 pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
 
 use crate::drafter::{DraftLimits, Drafter, Token};
-use crate::strategies::Roomy;
+use crate::index::Roomy;
 use crate::sync::{lock, Arc};
 
 use calibrate::{m_bucket, Cell};
@@ -388,6 +398,7 @@ impl Recall {
     /// accepted falls below `threshold` (clamped to 0.001..=0.999; NaN gives
     /// 0.13). Does not validate: [`Strategy::validate`](crate::Strategy::validate)
     /// checks `threshold_permille`.
+    #[must_use]
     pub fn new(threshold: f64) -> Recall {
         Recall::with_memory(
             threshold,
@@ -430,11 +441,13 @@ impl Recall {
     }
 
     /// The engine-wide memory this drafter reads and feeds.
+    #[must_use]
     pub fn memory(&self) -> &Arc<RecallMemory> {
         &self.memory
     }
 
     /// Tokens of the current session held by this drafter's own index.
+    #[must_use]
     pub fn stream_len(&self) -> usize {
         (self.own.end() - self.own.floor()) as usize
     }

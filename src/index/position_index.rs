@@ -7,14 +7,11 @@
 //! part a new prompt shares with the old history (a chat's next turn) and
 //! re-index only the rest.
 
+use super::mirror::{Change, Mirror};
 use super::poly::{mix, Poly};
+use super::{low32, top_bits, Idx, FACTOR};
 use crate::drafter::Token;
 
-const NONE: u32 = u32::MAX;
-/// Any odd constant works; this one spreads small token ids well.
-const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
-/// How many trailing tokens `sync` compares to decide the history only grew.
-const TAIL_CHECK: usize = 32;
 const MIN_BITS: u32 = 10;
 
 /// Positions of the n-grams of a history, chained per hash bucket, newest first.
@@ -23,14 +20,14 @@ pub(crate) struct PositionIndex {
     n: usize,
     poly: Poly,
     /// The indexed history.
-    tokens: Vec<Token>,
+    tokens: Mirror,
     /// Per n-gram start: 32 bits of its hash, to skip most bucket neighbours
     /// without touching the history.
     tags: Vec<u32>,
-    /// Per n-gram start: the previous start in the same bucket (NONE = none).
-    prev: Vec<u32>,
-    /// Per bucket: the latest start (NONE = empty). Between 1 and 2 buckets per n-gram.
-    heads: Vec<u32>,
+    /// Per n-gram start: the previous start in the same bucket (or none).
+    prev: Vec<Idx>,
+    /// Per bucket: the latest start (or none). Between 1 and 2 buckets per n-gram.
+    heads: Vec<Idx>,
     bits: u32,
     /// Hash of the last indexed n-gram.
     rolling: u64,
@@ -41,10 +38,10 @@ impl PositionIndex {
         PositionIndex {
             n: n.max(1),
             poly: Poly::new(FACTOR, n.max(1)),
-            tokens: Vec::new(),
+            tokens: Mirror::default(),
             tags: Vec::new(),
             prev: Vec::new(),
-            heads: vec![NONE; 1 << MIN_BITS],
+            heads: vec![Idx::NONE; 1 << MIN_BITS],
             bits: MIN_BITS,
             rolling: 0,
         }
@@ -73,7 +70,7 @@ impl PositionIndex {
 
     #[inline]
     fn bucket(&self, mixed: u64) -> usize {
-        (mixed >> (64 - self.bits)) as usize
+        top_bits(mixed, self.bits)
     }
 
     fn count_for(&self, len: usize) -> usize {
@@ -81,47 +78,40 @@ impl PositionIndex {
     }
 
     /// Makes the index describe `history`, assuming it usually extends what was
-    /// indexed: only the last few indexed tokens are compared; a history that is
-    /// shorter or differs there is re-synchronized from the common prefix.
-    /// Returns whether indexed text was dropped (the history was not an extension).
+    /// indexed: only the last few indexed tokens are compared (see `Mirror`); a
+    /// history that is shorter or differs there is re-synchronized from the
+    /// common prefix. Returns whether indexed text was dropped (the history was
+    /// not an extension).
     #[inline]
     pub(crate) fn sync(&mut self, history: &[Token]) -> bool {
-        let have = self.tokens.len();
-        let from = have.saturating_sub(TAIL_CHECK);
-        if history.len() >= have && history[from..have] == self.tokens[from..] {
-            if history.len() > have {
-                self.extend(&history[have..]);
+        match self.tokens.change(history, None) {
+            Change::Extended { from } => {
+                if history.len() > from {
+                    self.extend(&history[from..]);
+                }
+                false
             }
-            false
-        } else {
-            self.resync(history);
-            true
+            Change::Diverged { at } => {
+                self.rebase(history, at);
+                true
+            }
         }
     }
 
     /// Makes the index describe `history`, keeping the whole common prefix
     /// (whose length it returns).
     pub(crate) fn resync(&mut self, history: &[Token]) -> usize {
-        // Compare in chunks: the compiler vectorizes slice equality.
-        let mut common = 0;
-        let max = self.tokens.len().min(history.len());
-        while common < max {
-            let end = (common + 256).min(max);
-            if self.tokens[common..end] == history[common..end] {
-                common = end;
-            } else {
-                common += self.tokens[common..end]
-                    .iter()
-                    .zip(&history[common..end])
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                break;
-            }
-        }
+        let common = self.tokens.common_prefix(history, None);
+        self.rebase(history, common);
+        common
+    }
+
+    /// Makes the index describe `history`, which shares its first `common`
+    /// tokens with the indexed history.
+    fn rebase(&mut self, history: &[Token], common: usize) {
         self.truncate(common);
         self.reserve_buckets(self.count_for(history.len()));
         self.extend(&history[common..]);
-        common
     }
 
     fn reserve_buckets(&mut self, count: usize) {
@@ -138,7 +128,7 @@ impl PositionIndex {
     /// Re-chains every n-gram after the bucket count changed.
     fn rebuild(&mut self) {
         self.heads.clear();
-        self.heads.resize(1 << self.bits, NONE);
+        self.heads.resize(1 << self.bits, Idx::NONE);
         let count = self.tags.len();
         let mut h = 0;
         for j in 0..count {
@@ -150,7 +140,8 @@ impl PositionIndex {
             };
             let b = self.bucket(mix(h));
             self.prev[j] = self.heads[b];
-            self.heads[b] = j as u32;
+            // Below `NONE`: `extend` indexes no start from there on.
+            self.heads[b] = Idx::must(j);
         }
     }
 
@@ -163,10 +154,10 @@ impl PositionIndex {
                 continue;
             }
             let j = len - n;
-            if j >= NONE as usize {
+            let Some(start) = Idx::new(j) else {
                 // Positions are u32; a history this long stops being indexed.
                 continue;
-            }
+            };
             let h = if j == 0 {
                 self.poly.hash(self.tokens[..n].iter().copied())
             } else {
@@ -175,9 +166,9 @@ impl PositionIndex {
             self.rolling = h;
             let mixed = mix(h);
             let b = self.bucket(mixed);
-            self.tags.push(mixed as u32);
+            self.tags.push(low32(mixed));
             self.prev.push(self.heads[b]);
-            self.heads[b] = j as u32;
+            self.heads[b] = start;
             if self.tags.len() > self.heads.len() {
                 self.bits += 1;
                 self.rebuild();
@@ -225,10 +216,10 @@ impl PositionIndex {
         max_start: usize,
     ) -> Option<usize> {
         let mixed = mix(hash);
-        let tag = mixed as u32;
+        let tag = low32(mixed);
         let mut j = self.heads[self.bucket(mixed)];
-        while j != NONE {
-            let p = j as usize;
+        while !j.is_none() {
+            let p = j.as_usize();
             if p <= max_start && self.tags[p] == tag && self.matches(p, head, last) {
                 return Some(p);
             }
@@ -242,8 +233,8 @@ impl PositionIndex {
     pub(crate) fn older(&self, j: usize, head: &[Token], last: Token) -> Option<usize> {
         let tag = *self.tags.get(j)?;
         let mut i = self.prev[j];
-        while i != NONE {
-            let p = i as usize;
+        while !i.is_none() {
+            let p = i.as_usize();
             if self.tags[p] == tag && self.matches(p, head, last) {
                 return Some(p);
             }
@@ -268,29 +259,31 @@ mod tests {
     #[test]
     fn agrees_with_a_scan_through_growth_truncation_and_divergence() {
         let mut rng = 12345u64;
+        // xorshift, as a usize (64-bit targets keep every bit, others the low 32).
         let mut next = move || {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            rng
+            usize::try_from(rng & 0xFFFF_FFFF).unwrap()
         };
+        let token = |x: usize| Token::try_from(x % 4).unwrap();
         for n in [1usize, 2, 3, 5] {
             let mut idx = PositionIndex::new(n);
             let mut history: Vec<Token> = Vec::new();
             for round in 0..400 {
                 match next() % 10 {
                     0 => {
-                        let cut = (next() as usize) % (history.len() + 1);
+                        let cut = next() % (history.len() + 1);
                         history.truncate(cut);
                     }
                     1 if !history.is_empty() => {
-                        let at = (next() as usize) % history.len();
-                        history[at] = (next() % 4) as Token;
+                        let at = next() % history.len();
+                        history[at] = token(next());
                         idx.resync(&history);
                     }
                     _ => {
                         for _ in 0..(next() % 40) {
-                            history.push((next() % 4) as Token);
+                            history.push(token(next()));
                         }
                     }
                 }
@@ -299,8 +292,8 @@ mod tests {
                 if history.len() < n {
                     continue;
                 }
-                let key: Vec<Token> = (0..n).map(|_| (next() % 4) as Token).collect();
-                let max_start = (next() as usize) % history.len();
+                let key: Vec<Token> = (0..n).map(|_| token(next())).collect();
+                let max_start = next() % history.len();
                 let hash = idx.key_hash(&key[..n - 1], key[n - 1]);
                 let got = idx.latest(hash, &key[..n - 1], key[n - 1], max_start);
                 assert_eq!(

@@ -12,7 +12,10 @@ use crate::drafter::Token;
 /// 32 bits are the id itself, so 32-bit hashes are unaffected.
 #[inline(always)]
 pub(crate) fn widen(t: Token) -> u64 {
-    t as i32 as i64 as u64
+    // Reinterpretations, no casts: the id's bits as an i32, sign-extended,
+    // and the result's bits as a u64.
+    let id = i64::from(i32::from_ne_bytes(t.to_ne_bytes()));
+    u64::from_ne_bytes(id.to_ne_bytes())
 }
 
 /// splitmix64's finalizer: turns a polynomial hash into bits that are

@@ -1,0 +1,65 @@
+//! ngram-cache: llama.cpp's lookup decoding. N-gram -> follower-count caches:
+//! a context cache learned from the history, and optional dynamic and static
+//! caches read from llama.cpp's own cache files.
+
+//!
+//! Layout: `table` holds [`LookupCache`]'s n-gram entries and their hash
+//! tables, `followers` the followers of n-grams with more than one, `bulk`
+//! learning (llama.cpp's update and the bulk path for long runs), `file`
+//! llama.cpp's file format, `drafter` the [`NgramCache`] drafter.
+
+use std::hash::BuildHasherDefault;
+
+use crate::drafter::Token;
+use crate::index::NONE;
+
+/// Smallest and largest n-gram sizes of the context and dynamic caches
+/// (llama.cpp's `LLAMA_NGRAM_MIN` / `LLAMA_NGRAM_MAX`).
+pub const NGRAM_SIZES: std::ops::RangeInclusive<usize> = 1..=4;
+/// The n-gram size of static caches (`LLAMA_NGRAM_STATIC`).
+pub const NGRAM_STATIC: usize = 2;
+/// Tokens per draft, hard-coded in llama.cpp (`draft_max` is not read).
+pub const N_DRAFT: usize = 8;
+
+/// An n-gram as llama.cpp stores it: four ids, unused slots `-1` (`u32::MAX`).
+type Key = [Token; 4];
+const UNUSED: Token = NONE;
+
+fn key_of(tokens: &[Token]) -> Key {
+    // A match, not a copy of variable length: no memcpy call on the path
+    // that learns every history token.
+    match *tokens {
+        [a] => [a, UNUSED, UNUSED, UNUSED],
+        [a, b] => [a, b, UNUSED, UNUSED],
+        [a, b, c] => [a, b, c, UNUSED],
+        [a, b, c, d, ..] => [a, b, c, d],
+        [] => [UNUSED; 4],
+    }
+}
+
+type Fast = BuildHasherDefault<ahash::AHasher>;
+
+/// The hash of a key: a folded multiply of its two halves.
+fn hash_of(key: &Key) -> u64 {
+    let lo = u64::from(key[0]) | u64::from(key[1]) << 32;
+    let hi = u64::from(key[2]) | u64::from(key[3]) << 32;
+    let m = u128::from(lo ^ 0x243f_6a88_85a3_08d3) * u128::from(hi ^ 0x1319_8a2e_0370_7344);
+    ((m & 0xFFFF_FFFF_FFFF_FFFF) as u64) ^ ((m >> 64) as u64)
+}
+
+/// The table of `key`: the number of unused slots it ends with, 4 - size
+/// for an n-gram of the context (files may hold any key).
+fn table_of(key: &Key) -> usize {
+    key.iter().rev().take_while(|&&t| t == UNUSED).count()
+}
+
+mod bulk;
+mod drafter;
+mod file;
+mod followers;
+mod table;
+#[cfg(test)]
+mod tests;
+
+pub use drafter::{NgramCache, TokensFrom, LIVE_BUDGET};
+pub use table::LookupCache;
