@@ -64,11 +64,13 @@ pub(super) struct Tables {
     bits: u32,
     /// `K << bits` heads: the newest end position of each bucket, truncated
     /// to 32 bits (0: none). Shared by every generation of the same size.
-    heads: Arc<[AtomicU32]>,
+    /// (A standard `Arc`: sharing it is ownership only, not part of the
+    /// protocol that `--cfg loom` checks.)
+    heads: std::sync::Arc<[AtomicU32]>,
     chunks: Vec<Arc<Chunk>>,
 }
 
-fn atomics32(n: usize) -> Arc<[AtomicU32]> {
+fn atomics32(n: usize) -> std::sync::Arc<[AtomicU32]> {
     (0..n).map(|_| AtomicU32::new(0)).collect()
 }
 
@@ -365,7 +367,7 @@ impl RecallMemory {
         }
         let mut next = Tables {
             bits,
-            heads: Arc::clone(&tables.heads),
+            heads: std::sync::Arc::clone(&tables.heads),
             chunks: tables.chunks.clone(),
         };
         while next.chunks.len() < chunks {
