@@ -24,6 +24,11 @@ pub const MAX_MIN_HITS: usize = 16380;
 /// llama.cpp's ngram-mod pool size: 4 Mi cells (32 MiB here: 8 bytes a cell).
 pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
 
+/// recall's default threshold, in thousandths (0.13): the one default used by
+/// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
+/// `threshold_permille` is left out, and by [`Config::recommended`].
+pub const RECALL_DEFAULT_PERMILLE: usize = 130;
+
 /// One drafting strategy and its parameters.
 ///
 /// Names parse and print as on llama.cpp's command line (`--spec-type`), with
@@ -98,7 +103,8 @@ pub enum Strategy {
     /// pointer with locality, and a stop rule calibrated online.
     Recall {
         /// Stop where the estimated probability that the whole draft is
-        /// accepted falls below this, in thousandths (1..=999; 100 = 0.1).
+        /// accepted falls below this, in thousandths (1..=999; 130 = 0.13,
+        /// [`RECALL_DEFAULT_PERMILLE`], the default).
         /// Lower drafts longer and more aggressively.
         threshold_permille: usize,
     },
@@ -132,7 +138,8 @@ impl Strategy {
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
-    /// min_hits = 1), or `None` for an unknown name.
+    /// min_hits = 1; recall: [`RECALL_DEFAULT_PERMILLE`] = 130), or `None`
+    /// for an unknown name.
     pub fn from_name(name: &str) -> Option<Strategy> {
         Some(match name {
             "ngram-simple" => Strategy::NgramSimple { n: 12, m: 48 },
@@ -152,7 +159,7 @@ impl Strategy {
                 dynamic_cache: None,
             },
             "recall" => Strategy::Recall {
-                threshold_permille: 100,
+                threshold_permille: RECALL_DEFAULT_PERMILLE,
             },
             _ => return None,
         })
@@ -400,7 +407,7 @@ impl Config {
     /// ```
     pub fn recommended() -> Config {
         Config::new([Strategy::Recall {
-            threshold_permille: 130,
+            threshold_permille: RECALL_DEFAULT_PERMILLE,
         }])
     }
 

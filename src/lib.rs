@@ -86,3 +86,8 @@ pub use error::Error;
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;
+
+/// The README's Rust blocks, compiled and run as doc tests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
