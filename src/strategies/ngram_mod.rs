@@ -242,6 +242,9 @@ pub struct NgramMod {
 
 impl NgramMod {
     /// A drafter with key size `n` over `pool`.
+    ///
+    /// Does not validate: `n` = 0 silently never drafts. To check parameters,
+    /// use [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate), which reject `n` outside `1..=MAX_NGRAM`.
     pub fn new(n: usize, pool: Arc<NgramPool>) -> NgramMod {
         NgramMod {
             n,

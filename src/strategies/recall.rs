@@ -178,6 +178,11 @@ pub struct Recall {
 impl Recall {
     /// A drafter that stops where the estimated probability that the whole
     /// draft is accepted falls below `threshold` (clamped to 0.001..=0.999).
+    ///
+    /// Does not validate: out-of-range values are clamped and a non-finite one
+    /// (NaN, infinity) silently becomes 0.1. To check the value, use
+    /// [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate)
+    /// with `threshold_permille` (1..=999 thousandths; default 130).
     pub fn new(threshold: f64) -> Recall {
         let threshold = if threshold.is_finite() {
             threshold.clamp(0.001, 0.999)
