@@ -13,14 +13,14 @@ fn drafts(d: &mut dyn Drafter) -> usize {
     d.begin(&history);
     let mut out = Vec::new();
     let mut drafted = 0;
-    for i in 64..text.len() {
+    for &last in &text[64..] {
         out.clear();
-        d.draft(&history, text[i], DraftLimits::default(), &mut out);
+        d.draft(&history, last, DraftLimits::default(), &mut out);
         drafted += usize::from(!out.is_empty());
         if !out.is_empty() {
             d.accept(0);
         }
-        history.push(text[i]);
+        history.push(last);
     }
     drafted
 }
