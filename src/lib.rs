@@ -79,6 +79,7 @@ pub mod replay;
 mod speculative;
 mod stats;
 pub mod strategies;
+pub mod verify;
 
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, Token};
