@@ -73,7 +73,8 @@ impl std::fmt::Debug for NgramPool {
 impl NgramPool {
     /// A pool of `size` empty cells (8 bytes each).
     ///
-    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE).
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE),
+    /// and with [`Error::OutOfMemory`] when the cells cannot be allocated.
     pub fn new(size: usize) -> Result<NgramPool, Error> {
         if size == 0 || size > MAX_POOL_SIZE {
             return Err(Error::OutOfRange {
@@ -84,8 +85,16 @@ impl NgramPool {
                 max: MAX_POOL_SIZE,
             });
         }
+        let mut cells = Vec::new();
+        cells
+            .try_reserve_exact(size)
+            .map_err(|_| Error::OutOfMemory {
+                what: "ngram-mod pool",
+                bytes: size.saturating_mul(std::mem::size_of::<AtomicU64>()),
+            })?;
+        cells.extend((0..size).map(|_| AtomicU64::new(EMPTY as u64)));
         Ok(NgramPool {
-            cells: (0..size).map(|_| AtomicU64::new(EMPTY as u64)).collect(),
+            cells: cells.into_boxed_slice(),
             generation: AtomicU32::new(0),
             mask: size.is_power_of_two().then_some(size as u64 - 1),
             used: AtomicUsize::new(0),
