@@ -12,19 +12,15 @@
 //! (no draft); `+bound` marks steps where the bound was longer than what was
 //! accepted: a better choice or a longer draft would have paid.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::process::ExitCode;
 
+use common::{Out, Result};
 use selfspec::replay::Session;
 use selfspec::{Config, Speculative, Strategy, Token};
-
-const SAMPLES: [(&str, &str); 2] = [
-    ("sample-chat", include_str!("data/sample-chat.jsonl")),
-    (
-        "sample-code-edit",
-        include_str!("data/sample-code-edit.jsonl"),
-    ),
-];
 
 /// Everything seen so far, with the positions of every 4-gram, to find the
 /// longest seen prefix of a continuation.
@@ -75,8 +71,8 @@ impl Seen {
     }
 }
 
-fn diagnose(name: &str, sessions: &[Session], config: &Config) -> Result<(), String> {
-    let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
+fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) -> Result {
+    let mut spec = Speculative::new(config)?;
     let dmax = config.draft_max;
     let mut seen = Seen::default();
     // class -> (steps, accepted tokens, bound tokens)
@@ -121,7 +117,8 @@ fn diagnose(name: &str, sessions: &[Session], config: &Config) -> Result<(), Str
             steps += 1;
         }
     }
-    println!(
+    writeln!(
+        out,
         "\n== {name}: {} > tau {:.3} ({tokens} tokens, {steps} steps)",
         config
             .strategies
@@ -130,25 +127,28 @@ fn diagnose(name: &str, sessions: &[Session], config: &Config) -> Result<(), Str
             .collect::<Vec<_>>()
             .join(" > "),
         tokens as f64 / steps.max(1) as f64
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:<16} {:>7} {:>9} {:>9}",
         "class", "steps", "accepted", "bound"
-    );
+    )?;
     for (class, (n, a, b)) in classes {
-        println!("{class:<16} {n:>7} {a:>9} {b:>9}");
+        writeln!(out, "{class:<16} {n:>7} {a:>9} {b:>9}")?;
     }
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+const USAGE: &str = "usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N]";
+
+fn run(out: &mut Out) -> Result {
     let mut files = Vec::new();
     let mut strategies: Vec<Strategy> = Vec::new();
     let mut draft_max = 16;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--strategy" => {
+            "--strategy" | "-s" => {
                 let v = args.next().ok_or("--strategy needs a value")?;
                 strategies.push(v.parse().map_err(|e| format!("--strategy: {e}"))?);
             }
@@ -158,7 +158,10 @@ fn run() -> Result<(), String> {
                     .parse()
                     .map_err(|_| format!("--draft-max `{v}` is not a number"))?;
             }
-            flag if flag.starts_with('-') => return Err(format!("unknown option `{flag}`")),
+            "--help" | "-h" => return Err(USAGE.into()),
+            flag if flag.starts_with('-') => {
+                return Err(format!("unknown option `{flag}`; {USAGE}").into())
+            }
             _ => files.push(arg),
         }
     }
@@ -168,27 +171,15 @@ fn run() -> Result<(), String> {
         Config::new(strategies)
     };
     config.draft_max = draft_max;
-    config.validate().map_err(|e| e.to_string())?;
-    if files.is_empty() {
-        for (name, text) in SAMPLES {
-            let sessions =
-                selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
-            diagnose(name, &sessions, &config)?;
-        }
-    }
-    for f in &files {
-        let sessions = selfspec::replay::read_workload(f).map_err(|e| e.to_string())?;
-        diagnose(f, &sessions, &config)?;
+    config.validate()?;
+    // Builds (cache files exist...) and reads every workload before any output.
+    Speculative::new(&config)?;
+    for (name, sessions) in common::workloads(&files)? {
+        diagnose(out, &name, &sessions, &config)?;
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("diagnose: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::main("diagnose", run)
 }

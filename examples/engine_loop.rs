@@ -7,20 +7,16 @@
 //! cargo run --release --example engine_loop -- FILE.jsonl [WORKERS]
 //! ```
 
+mod common;
+
 use std::collections::VecDeque;
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use common::{Out, Result};
 use selfspec::replay::Session;
 use selfspec::{Config, NgramPool, Speculative, Strategy, Token};
-
-const SAMPLES: [(&str, &str); 2] = [
-    ("sample-chat", include_str!("data/sample-chat.jsonl")),
-    (
-        "sample-code-edit",
-        include_str!("data/sample-code-edit.jsonl"),
-    ),
-];
 
 /// The target model, mocked: it "generates" a recorded output. One call of
 /// `forward` is one batched forward pass over `last` and the draft.
@@ -100,21 +96,20 @@ fn serve(seq: &mut Sequence, session: &Session) -> Served {
     }
 }
 
-fn run() -> Result<(), String> {
+const USAGE: &str = "usage: engine_loop [FILE.jsonl [WORKERS]]";
+
+fn run(out: &mut Out) -> Result {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut sessions = Vec::new();
-    match args.first() {
-        None => {
-            for (name, text) in SAMPLES {
-                sessions.extend(
-                    selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?,
-                );
-            }
-        }
-        Some(path) => {
-            sessions = selfspec::replay::read_workload(path).map_err(|e| e.to_string())?
-        }
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
+        return Err(format!("unknown option `{flag}`; {USAGE}").into());
     }
+    if args.len() > 2 {
+        return Err(USAGE.into());
+    }
+    let sessions: Vec<Session> = common::workloads(&args[..args.len().min(1)])?
+        .into_iter()
+        .flat_map(|(_, sessions)| sessions)
+        .collect();
     let workers: usize = match args.get(1) {
         None => 4,
         Some(w) => w
@@ -129,7 +124,7 @@ fn run() -> Result<(), String> {
         Strategy::NgramSimple { n: 12, m: 48 },
         Strategy::NgramMod { n: 24 },
     ]);
-    let pool = Arc::new(NgramPool::new(config.pool_size).map_err(|e| e.to_string())?);
+    let pool = Arc::new(NgramPool::new(config.pool_size)?);
     let queue = Mutex::new(sessions.into_iter().collect::<VecDeque<_>>());
     let served = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -151,39 +146,36 @@ fn run() -> Result<(), String> {
     });
 
     let served = served.into_inner().unwrap();
-    println!(
+    writeln!(
+        out,
         "{:<48} {:>10} {:>8} {:>8} {:>6}",
         "sequence", "kind", "tokens", "passes", "tau"
-    );
+    )?;
     for s in &served {
         let id: String = s.id.chars().take(48).collect();
-        println!(
+        writeln!(
+            out,
             "{:<48} {:>10} {:>8} {:>8} {:>6.2}",
             id,
             s.kind,
             s.tokens,
             s.passes,
             s.tokens as f64 / s.passes as f64
-        );
+        )?;
     }
     let tokens: usize = served.iter().map(|s| s.tokens).sum();
     let passes: usize = served.iter().map(|s| s.passes).sum();
-    println!(
+    writeln!(
+        out,
         "\ntotal: {} sequences on {workers} workers, {tokens} tokens in {passes} forward passes: tau {:.3}; pool {} of {} cells used",
         served.len(),
         tokens as f64 / passes.max(1) as f64,
         pool.used(),
         pool.size()
-    );
+    )?;
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("engine_loop: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::main("engine_loop", run)
 }

@@ -10,21 +10,17 @@
 //! Without arguments: builds a static cache from each embedded sample and
 //! replays the *other* sample with ngram-cache, with and without it.
 
+mod common;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use common::{Out, Result};
 use selfspec::replay::{replay, Session};
 use selfspec::strategies::ngram_cache::NGRAM_STATIC;
 use selfspec::strategies::LookupCache;
 use selfspec::{Config, Speculative, Strategy, Token};
-
-const SAMPLES: [(&str, &str); 2] = [
-    ("sample-chat", include_str!("data/sample-chat.jsonl")),
-    (
-        "sample-code-edit",
-        include_str!("data/sample-code-edit.jsonl"),
-    ),
-];
 
 /// Every request's output, one after another (the corpus of recorded generations).
 fn corpus(sessions: &[Session]) -> Vec<Token> {
@@ -35,46 +31,44 @@ fn corpus(sessions: &[Session]) -> Vec<Token> {
         .collect()
 }
 
-fn build(sessions: &[Session], out: &Path, dynamic: bool) -> Result<LookupCache, String> {
+fn build(out: &mut Out, sessions: &[Session], path: &Path, dynamic: bool) -> Result<LookupCache> {
     let sizes = if dynamic {
         1..=4
     } else {
         NGRAM_STATIC..=NGRAM_STATIC
     };
     let cache = LookupCache::from_tokens(&corpus(sessions), sizes);
-    cache.save(out).map_err(|e| e.to_string())?;
-    let bytes = std::fs::metadata(out)
-        .map_err(|e| format!("{}: {e}", out.display()))?
+    cache.save(path)?;
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
         .len();
-    println!(
+    writeln!(
+        out,
         "{}: {} n-grams, {bytes} bytes ({} cache)",
-        out.display(),
+        path.display(),
         cache.len(),
         if dynamic {
             "dynamic 1..4-gram"
         } else {
             "static 2-gram"
         }
-    );
+    )?;
     Ok(cache)
 }
 
-fn tau(sessions: &[Session], strategy: Strategy) -> Result<(f64, f64), String> {
-    let mut spec = Speculative::new(&Config::new([strategy])).map_err(|e| e.to_string())?;
+fn tau(sessions: &[Session], strategy: Strategy) -> Result<(f64, f64)> {
+    let mut spec = Speculative::new(&Config::new([strategy]))?;
     let r = replay(&mut spec, sessions);
     Ok((r.tau(), r.acceptance()))
 }
 
-fn demo() -> Result<(), String> {
-    let samples: Vec<(&str, Vec<Session>)> = SAMPLES
-        .iter()
-        .map(|(name, text)| selfspec::replay::parse_workload(name, text).map(|s| (*name, s)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+/// The chat and code-edit samples, each with a static cache built from the other.
+fn demo(out: &mut Out) -> Result {
+    let samples: Vec<(String, Vec<Session>)> = common::samples()?.into_iter().take(2).collect();
     for (i, (name, sessions)) in samples.iter().enumerate() {
         let (other, other_sessions) = &samples[1 - i];
         let path: PathBuf = std::env::temp_dir().join(format!("selfspec-{other}.bin"));
-        build(other_sessions, &path, false)?;
+        build(out, other_sessions, &path, false)?;
         for live in [false, true] {
             let (without, with) = if live {
                 (
@@ -102,44 +96,40 @@ fn demo() -> Result<(), String> {
             let label = without.name();
             let (t0, a0) = tau(sessions, without)?;
             let (t1, a1) = tau(sessions, with)?;
-            println!(
+            writeln!(
+                out,
                 "  {name} with {label}: tau {t0:.3} (acceptance {a0:.3}) without a static cache, \
                  {t1:.3} ({a1:.3}) with the one built from {other}"
-            );
+            )?;
         }
     }
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+const USAGE: &str = "usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]";
+
+fn run(out: &mut Out) -> Result {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
-        return demo();
+        return demo(out);
     }
     let dynamic = args.iter().any(|a| a == "--dynamic");
-    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     if let Some(bad) = args
         .iter()
-        .find(|a| a.starts_with("--") && *a != "--dynamic")
+        .find(|a| a.starts_with('-') && *a != "--dynamic")
     {
-        return Err(format!(
-            "unknown option `{bad}`; usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]"
-        ));
+        return Err(format!("unknown option `{bad}`; {USAGE}").into());
     }
     let [input, output] = files[..] else {
-        return Err("usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]".into());
+        return Err(USAGE.into());
     };
-    let sessions = selfspec::replay::read_workload(input).map_err(|e| e.to_string())?;
-    build(&sessions, Path::new(output), dynamic)?;
+    // An unreadable or empty workload fails before any file is written.
+    let sessions = common::read(input)?;
+    build(out, &sessions, Path::new(output), dynamic)?;
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lookup_create: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::main("lookup_create", run)
 }

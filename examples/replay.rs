@@ -5,40 +5,45 @@
 //! cargo run --release --example replay                      # embedded samples, every strategy
 //! cargo run --release --example replay -- FILE.jsonl ... \
 //!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N] \
-//!     [--per-kind] [--json]
+//!     [--per-kind] [--json] [--verbose] [--slots N] [--fresh] [--memory FILE]
 //! ```
 //!
-//! `--per-kind` replays each session kind of a file separately (a fresh
-//! instance per kind); `--json` prints the figures and reports as JSON.
+//! `--slots N` replays on an engine of N slots sharing one `Shared` (the
+//! "Concurrent engine" protocol of `REPLAY.md`), `--fresh` with a new drafter
+//! per request; `--memory FILE` loads the engine-wide memory from FILE if it
+//! exists and saves it there at the end (a restarted server starts warm).
+//!
+//! The first table sums everything up (rows: strategies, columns: samples);
+//! per-sample details follow. `--per-kind` replays each session kind of a
+//! file separately (a fresh instance per kind); `--json` prints the figures
+//! and reports as JSON; `--verbose` adds llama.cpp's `statistics` lines.
 //!
 //! Several `--strategy` options form one chain, in the order given. Without
 //! `--strategy`, each strategy is replayed alone and then llama.cpp's chain.
 
+mod common;
+
+use std::io::Write;
 use std::process::ExitCode;
 
+use common::{Out, Result};
 use selfspec::replay::{replay, replay_engine, Engine, ReplayReport, Session};
-use selfspec::{Config, Shared, Speculative, Strategy};
-
-const SAMPLES: [(&str, &str); 3] = [
-    ("sample-chat", include_str!("data/sample-chat.jsonl")),
-    ("sample-code", include_str!("data/sample-code.jsonl")),
-    (
-        "sample-code-edit",
-        include_str!("data/sample-code-edit.jsonl"),
-    ),
-];
+use selfspec::{Config, DrafterStats, Shared, Speculative, Strategy};
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
-[--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--slots N] [--fresh] [--memory FILE]";
+[--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--verbose] \
+[--slots N] [--fresh] [--memory FILE]";
 
-fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, String> {
-    let sessions = selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
-    if sessions.is_empty() {
-        return Err(format!("{name}: no sessions"));
-    }
-    Ok(sessions)
-}
+/// What the first screen says about its figures.
+const LEGEND: &str =
+    "selfspec's drafters replayed over recorded generations (one instance per workload unless --slots/--fresh)\n\
+tau = tokens per target forward pass, 1.0 = no speed-up; \
+accept = share of drafted tokens the target kept\n\
+draft a..b = draft_min..draft_max: drafts shorter than a are dropped, longer ones cut to b; \
+greedy verification against the recorded outputs";
 
+/// Command-line options (one field per option; `parse_args` fills them).
+#[derive(Default)]
 struct Options {
     files: Vec<String>,
     strategies: Vec<Strategy>,
@@ -47,7 +52,8 @@ struct Options {
     pool_size: Option<usize>,
     per_kind: bool,
     json: bool,
-    /// Replay on an engine of this many slots (`REPLAY.md`, "Concurrent engine").
+    verbose: bool,
+    /// Replay on an engine of this many slots.
     slots: Option<usize>,
     /// A new drafter per request.
     fresh: bool,
@@ -55,19 +61,8 @@ struct Options {
     memory: Option<String>,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut o = Options {
-        files: Vec::new(),
-        strategies: Vec::new(),
-        draft_max: None,
-        draft_min: None,
-        pool_size: None,
-        per_kind: false,
-        json: false,
-        slots: None,
-        fresh: false,
-        memory: None,
-    };
+fn parse_args(args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
+    let mut o = Options::default();
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| {
@@ -88,10 +83,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--draft-min" => o.draft_min = Some(number(&arg, value(&arg)?)?),
             "--pool-size" => o.pool_size = Some(number(&arg, value(&arg)?)?),
             "--per-kind" => o.per_kind = true,
+            "--json" => o.json = true,
+            "--verbose" | "-v" => o.verbose = true,
             "--slots" => o.slots = Some(number(&arg, value(&arg)?)?.max(1)),
             "--fresh" => o.fresh = true,
             "--memory" => o.memory = Some(value(&arg)?),
-            "--json" => o.json = true,
             "--help" | "-h" => return Err(USAGE.to_string()),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}"))
@@ -152,20 +148,6 @@ fn configs(o: &Options) -> Vec<(String, Config)> {
     list
 }
 
-fn row(label: &str, config: &Config, r: &ReplayReport) {
-    println!(
-        "{:<36} {:>4}..{:<4} {:>7.3} {:>7.3} {:>9} {:>9} {:>9.2}",
-        label,
-        config.draft_min,
-        config.draft_max,
-        r.tau(),
-        r.acceptance(),
-        r.drafted,
-        r.accepted,
-        r.micros_per_draft()
-    );
-}
-
 /// The sessions replayed together: a whole workload, or one kind of it.
 struct Group {
     workload: String,
@@ -173,20 +155,18 @@ struct Group {
     sessions: Vec<Session>,
 }
 
-fn groups(o: &Options) -> Result<Vec<Group>, String> {
-    let mut workloads = Vec::new();
-    if o.files.is_empty() {
-        for (name, text) in SAMPLES {
-            workloads.push((name.to_string(), parse_workload(name, text)?));
-        }
-    } else {
-        for f in &o.files {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
-            workloads.push((f.clone(), parse_workload(f, &text)?));
+impl Group {
+    fn title(&self) -> String {
+        match &self.kind {
+            Some(kind) => format!("{} [{kind}]", self.workload),
+            None => self.workload.clone(),
         }
     }
+}
+
+fn groups(o: &Options) -> Result<Vec<Group>> {
     let mut out = Vec::new();
-    for (workload, sessions) in workloads {
+    for (workload, sessions) in common::workloads(&o.files)? {
         if !o.per_kind {
             out.push(Group {
                 workload,
@@ -217,14 +197,114 @@ fn groups(o: &Options) -> Result<Vec<Group>, String> {
     Ok(out)
 }
 
-fn run(o: Options) -> Result<(), String> {
-    let groups = groups(&o)?;
-    let configs = configs(&o);
-    for (_, c) in &configs {
-        c.validate().map_err(|e| e.to_string())?;
+/// One strategy's replay of one group.
+struct Run {
+    report: ReplayReport,
+    stats: Vec<DrafterStats>,
+}
+
+/// The figures of every configuration (outer) on every group (inner).
+fn replay_all(
+    o: &Options,
+    groups: &[Group],
+    configs: &[(String, Config)],
+) -> Result<Vec<Vec<Run>>> {
+    // Every configuration builds (cache files exist...) before any replay or output.
+    for (_, config) in configs {
+        Speculative::new(config)?;
     }
-    let mut json = Vec::new();
-    for group in &groups {
+    let mut runs = Vec::new();
+    for (_, config) in configs {
+        let mut row = Vec::new();
+        for group in groups {
+            row.push(replay_with(o, config, &group.sessions)?);
+        }
+        runs.push(row);
+    }
+    Ok(runs)
+}
+
+/// One replay: sequential on one `Speculative`, or on an engine of slots
+/// over one `Shared` (loaded from and saved to `--memory FILE`).
+fn replay_with(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run> {
+    let engine = Engine {
+        slots: o.slots.unwrap_or(1),
+        fresh: o.fresh,
+    };
+    if engine == Engine::SEQUENTIAL && o.memory.is_none() {
+        let mut spec = Speculative::new(config)?;
+        let report = replay(&mut spec, sessions);
+        let stats = spec.stats().to_vec();
+        return Ok(Run { report, stats });
+    }
+    let shared = match &o.memory {
+        Some(path) if std::path::Path::new(path).exists() => Shared::load(config, path)?,
+        _ => Shared::new(config)?,
+    };
+    let report = replay_engine(config, &shared, sessions, engine)?;
+    if let Some(path) = &o.memory {
+        shared.save(path)?;
+    }
+    let stats = report.stats.clone();
+    Ok(Run { report, stats })
+}
+
+fn summary(
+    out: &mut Out,
+    groups: &[Group],
+    configs: &[(String, Config)],
+    runs: &[Vec<Run>],
+) -> Result {
+    let titles: Vec<String> = groups.iter().map(Group::title).collect();
+    writeln!(out, "{LEGEND}\n")?;
+    write!(out, "{:<34} {:>7}", "strategy", "draft")?;
+    for t in &titles {
+        write!(out, "  {:>16}", truncate(t, 16))?;
+    }
+    writeln!(out)?;
+    write!(out, "{:<34} {:>7}", "", "")?;
+    for _ in &titles {
+        write!(out, "  {:>8} {:>7}", "tau", "accept")?;
+    }
+    writeln!(out)?;
+    for ((label, config), row) in configs.iter().zip(runs) {
+        write!(
+            out,
+            "{:<34} {:>7}",
+            truncate(label, 34),
+            format!("{}..{}", config.draft_min, config.draft_max)
+        )?;
+        for run in row {
+            write!(
+                out,
+                "  {:>8.3} {:>7.3}",
+                run.report.tau(),
+                run.report.acceptance()
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('~');
+        t
+    }
+}
+
+fn details(
+    out: &mut Out,
+    groups: &[Group],
+    configs: &[(String, Config)],
+    runs: &[Vec<Run>],
+    verbose: bool,
+) -> Result {
+    for (g, group) in groups.iter().enumerate() {
         let sessions = &group.sessions;
         let requests: usize = sessions.iter().map(|s| s.requests.len()).sum();
         let tokens: usize = sessions
@@ -232,94 +312,95 @@ fn run(o: Options) -> Result<(), String> {
             .flat_map(|s| &s.requests)
             .map(|r| r.output.len())
             .sum();
-        let title = match &group.kind {
-            Some(kind) => format!("{} [{kind}]", group.workload),
-            None => group.workload.clone(),
-        };
-        if !o.json {
-            println!(
-                "\n== {title}: {} sessions, {requests} requests, {tokens} output tokens",
-                sessions.len()
-            );
-            println!(
-                "{:<36} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9}",
-                "strategy", "draft", "tau", "accept", "drafted", "accepted", "us/draft"
-            );
+        writeln!(
+            out,
+            "\n== {}: {} sessions, {requests} requests, {tokens} output tokens",
+            group.title(),
+            sessions.len()
+        )?;
+        writeln!(
+            out,
+            "{:<36} {:>10} {:>7} {:>7} {:>9} {:>9} {:>9}",
+            "strategy", "draft", "tau", "accept", "drafted", "accepted", "us/draft"
+        )?;
+        for ((label, config), row) in configs.iter().zip(runs) {
+            let r = &row[g].report;
+            writeln!(
+                out,
+                "{:<36} {:>4}..{:<4} {:>7.3} {:>7.3} {:>9} {:>9} {:>9.2}",
+                label,
+                config.draft_min,
+                config.draft_max,
+                r.tau(),
+                r.acceptance(),
+                r.drafted,
+                r.accepted,
+                r.micros_per_draft()
+            )?;
         }
-        let mut lines = Vec::new();
-        for (label, config) in &configs {
-            let (report, stats) = replay_with(&o, config, sessions)?;
-            if o.json {
-                json.push(serde_json::json!({
-                    "workload": group.workload,
-                    "kind": group.kind,
-                    "strategy": label,
-                    "config": config,
-                    "tau": report.tau(),
-                    "acceptance": report.acceptance(),
-                    "micros_per_draft": report.micros_per_draft(),
-                    "report": report,
-                }));
-            } else {
-                row(label, config, &report);
-                lines.push((label.clone(), stats));
-            }
-        }
-        if !o.json {
-            println!();
-            for (label, stats) in lines {
-                println!("[{label}]");
-                for s in stats {
-                    println!("  {s}");
+        if verbose {
+            writeln!(out)?;
+            for ((label, _), row) in configs.iter().zip(runs) {
+                writeln!(out, "[{label}]")?;
+                for s in &row[g].stats {
+                    writeln!(out, "  {s}")?;
                 }
             }
         }
     }
-    if o.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
-        );
+    if !verbose {
+        writeln!(
+            out,
+            "\n(--verbose adds llama.cpp's statistics lines; --json the full reports)"
+        )?;
     }
     Ok(())
 }
 
-/// One replay: sequential on one `Speculative`, or on an engine of slots
-/// over one `Shared` (loaded from and saved to `--memory FILE`).
-fn replay_with(
-    o: &Options,
-    config: &Config,
-    sessions: &[Session],
-) -> Result<(ReplayReport, Vec<selfspec::DrafterStats>), String> {
-    let engine = Engine {
-        slots: o.slots.unwrap_or(1),
-        fresh: o.fresh,
-    };
-    if engine == Engine::SEQUENTIAL && o.memory.is_none() {
-        let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
-        let report = replay(&mut spec, sessions);
-        return Ok((report, spec.stats().to_vec()));
-    }
-    let shared = match &o.memory {
-        Some(path) if std::path::Path::new(path).exists() => {
-            Shared::load(config, path).map_err(|e| e.to_string())?
+fn json(
+    out: &mut Out,
+    groups: &[Group],
+    configs: &[(String, Config)],
+    runs: &[Vec<Run>],
+) -> Result {
+    let mut json = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        for ((label, config), row) in configs.iter().zip(runs) {
+            let report = &row[g].report;
+            json.push(serde_json::json!({
+                "workload": group.workload,
+                "kind": group.kind,
+                "strategy": label,
+                "config": config,
+                "tau": report.tau(),
+                "acceptance": report.acceptance(),
+                "micros_per_draft": report.micros_per_draft(),
+                "report": report,
+            }));
         }
-        _ => Shared::new(config).map_err(|e| e.to_string())?,
-    };
-    let report = replay_engine(config, &shared, sessions, engine).map_err(|e| e.to_string())?;
-    if let Some(path) = &o.memory {
-        shared.save(path).map_err(|e| e.to_string())?;
     }
-    let stats = report.stats.clone();
-    Ok((report, stats))
+    serde_json::to_writer_pretty(&mut *out, &json).map_err(std::io::Error::from)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn run(o: Options, out: &mut Out) -> Result {
+    let configs = configs(&o);
+    for (_, c) in &configs {
+        c.validate()?;
+    }
+    let groups = groups(&o)?;
+    let runs = replay_all(&o, &groups, &configs)?;
+    if o.json {
+        return json(out, &groups, &configs, &runs);
+    }
+    summary(out, &groups, &configs, &runs)?;
+    details(out, &groups, &configs, &runs, o.verbose)
 }
 
 fn main() -> ExitCode {
-    match parse_args(std::env::args().skip(1)).and_then(run) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("replay: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::main("replay", |out| {
+        let options = parse_args(std::env::args().skip(1))?;
+        run(options, out)
+    })
 }

@@ -7,19 +7,14 @@
 //! cargo run --release --example tune -- FILE.jsonl [--draft-max N] [--min-acceptance F]
 //! ```
 
+mod common;
+
 use std::io::Write;
 use std::process::ExitCode;
 
+use common::{Out, Result};
 use selfspec::replay::{replay, Session};
 use selfspec::{Config, Speculative, Strategy};
-
-const SAMPLES: [(&str, &str); 2] = [
-    ("sample-chat", include_str!("data/sample-chat.jsonl")),
-    (
-        "sample-code-edit",
-        include_str!("data/sample-code-edit.jsonl"),
-    ),
-];
 
 const USAGE: &str = "usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]";
 
@@ -60,11 +55,12 @@ struct Best {
 }
 
 fn tune(
+    out: &mut Out,
     name: &str,
     sessions: &[Session],
     draft_max: usize,
     min_acceptance: f64,
-) -> Result<(), String> {
+) -> Result {
     let grid = grid(draft_max);
     let mut best: Vec<(&'static str, Option<Best>)> =
         ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
@@ -77,7 +73,7 @@ fn tune(
             let _ = write!(stderr, "\r{name}: {}/{} settings", k + 1, grid.len());
             let _ = stderr.flush();
         }
-        let mut spec = Speculative::new(config).map_err(|e| e.to_string())?;
+        let mut spec = Speculative::new(config)?;
         let report = replay(&mut spec, sessions);
         let (tau, acceptance) = (report.tau(), report.acceptance());
         if acceptance < min_acceptance {
@@ -97,29 +93,37 @@ fn tune(
         }
     }
     let _ = writeln!(stderr);
-    println!(
+    writeln!(
+        out,
         "\n== {name}: best per strategy, draft_max {draft_max}, acceptance >= {min_acceptance}"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "{:<40} {:>9} {:>7} {:>7}",
         "strategy", "draft_min", "tau", "accept"
-    );
+    )?;
     for (strategy, b) in best {
         match b {
-            Some(b) => println!(
+            Some(b) => writeln!(
+                out,
                 "{:<40} {:>9} {:>7.3} {:>7.3}",
                 b.config.strategies[0].to_string(),
                 b.config.draft_min,
                 b.tau,
                 b.acceptance
-            ),
-            None => println!("{strategy:<40} (no setting reaches the acceptance floor)"),
+            )?,
+            None => writeln!(
+                out,
+                "{strategy:<40} (no setting reaches the acceptance floor)"
+            )?,
         }
     }
+    // Each workload's table as soon as it is done (the search is slow).
+    out.flush()?;
     Ok(())
 }
 
-fn run() -> Result<(), String> {
+fn run(out: &mut Out) -> Result {
     let mut files = Vec::new();
     let (mut draft_max, mut min_acceptance) = (16usize, 0.0f64);
     let mut args = std::env::args().skip(1);
@@ -152,34 +156,17 @@ fn run() -> Result<(), String> {
             }
             "--help" | "-h" => return Err(USAGE.into()),
             flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}`; {USAGE}"))
+                return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }
             _ => files.push(arg),
         }
     }
-    if files.is_empty() {
-        for (name, text) in SAMPLES {
-            let sessions =
-                selfspec::replay::parse_workload(name, text).map_err(|e| e.to_string())?;
-            tune(name, &sessions, draft_max, min_acceptance)?;
-        }
-    }
-    for f in &files {
-        let sessions = selfspec::replay::read_workload(f).map_err(|e| e.to_string())?;
-        if sessions.is_empty() {
-            return Err(format!("{f}: no sessions"));
-        }
-        tune(f, &sessions, draft_max, min_acceptance)?;
+    for (name, sessions) in common::workloads(&files)? {
+        tune(out, &name, &sessions, draft_max, min_acceptance)?;
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tune: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::main("tune", run)
 }

@@ -44,6 +44,10 @@ pub(crate) fn check_range(
 ) -> Result<(), Error> {
     range(context, field, value, min, max)
 }
+/// recall's default threshold, in thousandths (0.13): the one default used by
+/// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
+/// `threshold_permille` is left out, and by [`Config::recommended`].
+pub const RECALL_DEFAULT_PERMILLE: usize = crate::strategies::DEFAULT_THRESHOLD_PERMILLE;
 
 /// One drafting strategy and its parameters.
 ///
@@ -59,8 +63,16 @@ pub(crate) fn check_range(
 /// assert_eq!(s.to_string(), "ngram-mod:n=24");
 /// # Ok::<(), selfspec::Error>(())
 /// ```
+///
+/// With the `serde` feature a strategy is written in the tagged form
+/// (`{"type": "ngram-mod", "n": 24}`) and read from either that form or the
+/// string `FromStr` takes (`"ngram-mod:n=24"`, `"recall"`). In the tagged form
+/// unknown keys are errors and left-out parameters take the same defaults as
+/// in a string: `n` 12, `m` 48, `min_hits` 1, `threshold_permille` 130, no
+/// cache files (`static_cache` / `dynamic_cache`, or `static` / `dynamic`).
+/// Both forms are validated ([`Strategy::validate`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(tag = "type", rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum Strategy {
@@ -119,7 +131,8 @@ pub enum Strategy {
     /// pointer with locality, and a stop rule calibrated online.
     Recall {
         /// Stop where the estimated probability that the whole draft is
-        /// accepted falls below this, in thousandths (1..=999; 100 = 0.1).
+        /// accepted falls below this, in thousandths (1..=999; 130 = 0.13,
+        /// [`RECALL_DEFAULT_PERMILLE`], the default).
         /// Lower drafts longer and more aggressively.
         threshold_permille: usize,
     },
@@ -155,7 +168,8 @@ impl Strategy {
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
-    /// min_hits = 1), or `None` for an unknown name.
+    /// min_hits = 1; recall: [`RECALL_DEFAULT_PERMILLE`] = 130), or `None`
+    /// for an unknown name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {
         Some(match name {
@@ -176,7 +190,7 @@ impl Strategy {
                 dynamic_cache: None,
             },
             "recall" => Strategy::Recall {
-                threshold_permille: 100,
+                threshold_permille: RECALL_DEFAULT_PERMILLE,
             },
             _ => return None,
         })
@@ -368,18 +382,32 @@ impl FromStr for Strategy {
 /// config.validate()?;
 /// # Ok::<(), selfspec::Error>(())
 /// ```
+///
+/// # Configuration files (feature `serde`)
+///
+/// `strategies` is required (a file without it is an error, not a silent
+/// default chain); `draft_max` (16), `draft_min` (0) and `pool_size`
+/// (4194304) default as in [`Config::default`]; unknown keys are errors.
+/// Strategies are strings or tagged objects (see [`Strategy`]):
+///
+/// ```json
+/// {"strategies": ["recall", {"type": "ngram-mod", "n": 24}], "draft_max": 64}
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Config {
     /// Strategies in priority order: the first non-empty draft wins.
     pub strategies: Vec<Strategy>,
     /// The engine verifies at most this many draft tokens (`--draft-max`, default 16).
+    #[cfg_attr(feature = "serde", serde(default = "serde_defaults::draft_max"))]
     pub draft_max: usize,
     /// Drafts shorter than this are dropped and the next strategy is asked
     /// (`--draft-min`, default 0).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub draft_min: usize,
     /// Cells of the ngram-mod pool (8 bytes each; default 4 Mi, llama.cpp's size).
+    #[cfg_attr(feature = "serde", serde(default = "serde_defaults::pool_size"))]
     pub pool_size: usize,
 }
 
@@ -430,7 +458,7 @@ impl Config {
     #[must_use]
     pub fn recommended() -> Config {
         Config::new([Strategy::Recall {
-            threshold_permille: 130,
+            threshold_permille: RECALL_DEFAULT_PERMILLE,
         }])
     }
 
@@ -481,5 +509,144 @@ impl Config {
         }
         range("config", "pool_size", self.pool_size, 1, MAX_POOL_SIZE)?;
         self.strategies.iter().try_for_each(Strategy::validate)
+    }
+}
+
+/// Defaults of the fields a configuration file may leave out (as in
+/// [`Config::default`] and [`Strategy::from_name`]).
+#[cfg(feature = "serde")]
+mod serde_defaults {
+    pub fn draft_max() -> usize {
+        16
+    }
+    pub fn pool_size() -> usize {
+        super::DEFAULT_POOL_SIZE
+    }
+    pub fn n() -> usize {
+        12
+    }
+    pub fn m() -> usize {
+        48
+    }
+    pub fn min_hits() -> usize {
+        1
+    }
+    pub fn threshold_permille() -> usize {
+        super::RECALL_DEFAULT_PERMILLE
+    }
+}
+
+/// `Strategy` from a `FromStr` string or the strict tagged form.
+#[cfg(feature = "serde")]
+mod serde_strategy {
+    use std::fmt;
+    use std::path::PathBuf;
+
+    use serde::de::{self, MapAccess, Visitor};
+    use serde::Deserialize;
+
+    use super::serde_defaults as d;
+    use super::Strategy;
+
+    /// The tagged form, with `FromStr`'s defaults and no unknown keys.
+    #[derive(Deserialize)]
+    #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+    enum Tagged {
+        NgramSimple {
+            #[serde(default = "d::n")]
+            n: usize,
+            #[serde(default = "d::m")]
+            m: usize,
+        },
+        NgramMapK {
+            #[serde(default = "d::n")]
+            n: usize,
+            #[serde(default = "d::m")]
+            m: usize,
+        },
+        NgramMapK4v {
+            #[serde(default = "d::n")]
+            n: usize,
+            #[serde(default = "d::m")]
+            m: usize,
+            #[serde(default = "d::min_hits")]
+            min_hits: usize,
+        },
+        NgramMod {
+            #[serde(default = "d::n")]
+            n: usize,
+        },
+        NgramCache {
+            #[serde(default, alias = "static")]
+            static_cache: Option<PathBuf>,
+            #[serde(default, alias = "dynamic")]
+            dynamic_cache: Option<PathBuf>,
+        },
+        NgramCacheLive {
+            #[serde(default, alias = "static")]
+            static_cache: Option<PathBuf>,
+            #[serde(default, alias = "dynamic")]
+            dynamic_cache: Option<PathBuf>,
+        },
+        Recall {
+            #[serde(default = "d::threshold_permille")]
+            threshold_permille: usize,
+        },
+    }
+
+    impl From<Tagged> for Strategy {
+        fn from(t: Tagged) -> Strategy {
+            match t {
+                Tagged::NgramSimple { n, m } => Strategy::NgramSimple { n, m },
+                Tagged::NgramMapK { n, m } => Strategy::NgramMapK { n, m },
+                Tagged::NgramMapK4v { n, m, min_hits } => Strategy::NgramMapK4v { n, m, min_hits },
+                Tagged::NgramMod { n } => Strategy::NgramMod { n },
+                Tagged::NgramCache {
+                    static_cache,
+                    dynamic_cache,
+                } => Strategy::NgramCache {
+                    static_cache,
+                    dynamic_cache,
+                },
+                Tagged::NgramCacheLive {
+                    static_cache,
+                    dynamic_cache,
+                } => Strategy::NgramCacheLive {
+                    static_cache,
+                    dynamic_cache,
+                },
+                Tagged::Recall { threshold_permille } => Strategy::Recall { threshold_permille },
+            }
+        }
+    }
+
+    struct StrategyVisitor;
+
+    impl<'de> Visitor<'de> for StrategyVisitor {
+        type Value = Strategy;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(
+                "a strategy: a string such as \"ngram-mod:n=24\" or an object such as \
+                 {\"type\": \"ngram-mod\", \"n\": 24}",
+            )
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Strategy, E> {
+            v.parse().map_err(E::custom)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Strategy, A::Error> {
+            let tagged = Tagged::deserialize(de::value::MapAccessDeserializer::new(map))?;
+            let strategy = Strategy::from(tagged);
+            strategy.validate().map_err(de::Error::custom)?;
+            Ok(strategy)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Strategy {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Strategy, D::Error> {
+            deserializer.deserialize_any(StrategyVisitor)
+        }
     }
 }

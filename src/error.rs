@@ -38,8 +38,10 @@ pub enum Error {
         /// The name given.
         name: String,
     },
-    /// A workload file that cannot be read or parsed (line 0: the file itself).
-    #[error("{source_name}:{line}: {reason}")]
+    /// A workload file that cannot be read or parsed. Shown as
+    /// `FILE:LINE: reason`, or `FILE: reason` for line 0 (the file itself: an
+    /// I/O error).
+    #[error("{}: {reason}", location(.source_name, *.line))]
     Workload {
         /// The file (or label) the workload came from.
         source_name: String,
@@ -77,6 +79,23 @@ pub enum Error {
         /// What is wrong with it and what is expected.
         reason: String,
     },
+    /// A buffer could not be allocated (the process keeps running).
+    #[error("{what}: cannot allocate {bytes} bytes ({:.1} GiB); choose a smaller size", *.bytes as f64 / (1u64 << 30) as f64)]
+    OutOfMemory {
+        /// What was being allocated (`ngram-mod pool`, ...).
+        what: &'static str,
+        /// Bytes requested.
+        bytes: usize,
+    },
+}
+
+/// `FILE:LINE`, or `FILE` alone for line 0.
+fn location(source: &str, line: usize) -> String {
+    if line == 0 {
+        source.to_string()
+    } else {
+        format!("{source}:{line}")
+    }
 }
 
 /// What is wrong with a memory file ([`Error::MemoryFile`]).

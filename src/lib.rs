@@ -82,6 +82,7 @@ mod speculative;
 mod stats;
 pub mod strategies;
 mod sync;
+pub mod verify;
 
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, Token};
@@ -90,3 +91,8 @@ pub use shared::{Budget, Shared};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;
+
+/// The README's Rust blocks, compiled and run as doc tests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

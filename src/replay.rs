@@ -159,7 +159,8 @@ pub struct ReplayReport {
     pub drafted: u64,
     /// Draft tokens accepted.
     pub accepted: u64,
-    /// Time spent in `draft` calls, all strategies.
+    /// Time spent in `draft` calls, all strategies (serde: seconds, an `f64`).
+    #[cfg_attr(feature = "serde", serde(with = "crate::stats::secs"))]
     pub draft_time: Duration,
     /// Per-strategy statistics accumulated during this replay.
     pub stats: Vec<DrafterStats>,

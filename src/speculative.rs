@@ -40,6 +40,104 @@ pub struct Speculative {
     /// The drafter of the last non-empty draft (kept after `accept`).
     source: Option<usize>,
     draft: Vec<Token>,
+    /// What the next `draft` call's history should look like (see [`Expect`]).
+    expect: Option<Expect>,
+    /// A misuse was reported since the last `begin`.
+    misuse_reported: bool,
+    /// Sequences (spans between `begin` calls) in which a misuse was reported.
+    misuses: u64,
+}
+
+/// The shape of the previous `draft` call (or of `begin`'s prompt), from
+/// which the next history's length and tail follow.
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    /// Length of the previous history (or of the prompt).
+    base: usize,
+    /// Its last token.
+    base_tail: Option<Token>,
+    /// The previous `last` (`None` right after `begin`: the next history is
+    /// the prompt itself).
+    last: Option<Token>,
+    /// Draft tokens accepted since (the first `accepted` of `draft`).
+    accepted: usize,
+}
+
+/// The two engine mistakes [`Speculative::draft`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Misuse {
+    /// The history already holds `last`.
+    LastIncluded,
+    /// The history did not grow by `last` and the accepted draft tokens.
+    NotExtended,
+}
+
+impl Expect {
+    fn len(&self) -> usize {
+        self.base + usize::from(self.last.is_some()) + self.accepted
+    }
+
+    /// `h[..base]` ends as the previous history did, then `[last] + accepted`
+    /// follows from `base` on (only as far as `h` reaches).
+    fn tail_matches(&self, h: &[Token], base: usize, accepted: &[Token]) -> bool {
+        let Some(before) = base.checked_sub(1) else {
+            return self.base_tail.is_none();
+        };
+        if h.get(before) != self.base_tail.as_ref() {
+            return false;
+        }
+        let mut i = base;
+        if let Some(last) = self.last {
+            match h.get(i) {
+                Some(&t) if t == last => i += 1,
+                Some(_) => return false,
+                None => return true,
+            }
+        }
+        let rest = &h[i.min(h.len())..];
+        let n = rest.len().min(accepted.len());
+        rest[..n] == accepted[..n]
+    }
+
+    /// Classifies `history` (with the new `last`) against this expectation;
+    /// `accepted` are the accepted draft tokens. `None`: right, or a rewrite.
+    fn check(&self, history: &[Token], last: Token, accepted: &[Token]) -> Option<Misuse> {
+        let want = self.len();
+        let len = history.len();
+        // Right: exactly the previous history + [last] + accepted.
+        if len == want && self.tail_matches(history, self.base, accepted) {
+            return None;
+        }
+        let ends_with_last = history.last() == Some(&last);
+        // (a) The same, with the new `last` already appended.
+        if len == want + 1 && ends_with_last && self.tail_matches(history, self.base, accepted) {
+            return Some(Misuse::LastIncluded);
+        }
+        // (a), made every step: the previous history already ended with its
+        // `last` (so it sits at base - 1), then the accepted tokens and the new `last`.
+        if let (Some(prev_last), Some(before)) = (self.last, self.base.checked_sub(1)) {
+            if len == self.base + self.accepted + 1
+                && ends_with_last
+                && self.base_tail == Some(prev_last)
+                && history.get(before) == Some(&prev_last)
+                && history[self.base..len - 1] == *accepted
+            {
+                return Some(Misuse::LastIncluded);
+            }
+            // (b) `last` appended, the accepted tokens not.
+            if self.accepted > 0
+                && len == self.base + 1
+                && self.tail_matches(history, self.base, accepted)
+            {
+                return Some(Misuse::NotExtended);
+            }
+            // (b) Nothing appended: the previous history again.
+            if len == self.base && history.last() == self.base_tail.as_ref() {
+                return Some(Misuse::NotExtended);
+            }
+        }
+        None
+    }
 }
 
 impl Speculative {
@@ -188,6 +286,9 @@ impl Speculative {
             current: None,
             source: None,
             draft: Vec::with_capacity(limits.max),
+            expect: None,
+            misuse_reported: false,
+            misuses: 0,
         })
     }
 
@@ -207,6 +308,13 @@ impl Speculative {
     pub fn begin(&mut self, prompt: &[Token]) {
         tracing::debug!(target: "selfspec", prompt = prompt.len(), "begin");
         self.current = None;
+        self.misuse_reported = false;
+        self.expect = Some(Expect {
+            base: prompt.len(),
+            base_tail: prompt.last().copied(),
+            last: None,
+            accepted: 0,
+        });
         for (drafter, stats) in self.drafters.iter_mut().zip(&mut self.stats) {
             let t = Instant::now();
             drafter.begin(prompt);
@@ -221,7 +329,54 @@ impl Speculative {
     /// Empty when no strategy has a draft of at least `draft_min` tokens; never
     /// longer than `draft_max`. The slice borrows an internal buffer that the
     /// next call reuses.
+    ///
+    /// # The history contract
+    ///
+    /// After `begin(prompt)` the first history is `prompt`; after a call
+    /// `draft(history, last)` and `accept(n)`, the next history is
+    /// `history + [last] + draft[..n]` (`n` = 0 without `accept`), and the new
+    /// `last` is not in it. Two mistakes break every strategy without an
+    /// error, so they are reported: a history that already ends with the new
+    /// `last` (drafts collapse to about one token per forward pass and calls
+    /// get much slower), and a history that did not grow by `last` and the
+    /// accepted tokens. Either is logged once per sequence (until the next
+    /// [`begin`](Speculative::begin)) through `tracing::warn!` (target
+    /// `selfspec`) and counted in [`misuse_count`](Speculative::misuse_count).
+    /// Legitimate rewrites stay quiet: a new `begin`, a history that shrinks
+    /// (a rollback) or departs from the expected one (another conversation).
+    /// The check reads only the expected tail (at most `1 + n` tokens).
+    ///
+    /// Right:
+    ///
+    /// ```
+    /// # use selfspec::{Config, Speculative};
+    /// let mut spec = Speculative::new(&Config::default())?;
+    /// let mut history: Vec<u32> = (0..100).map(|i| i % 20).collect();
+    /// spec.begin(&history);
+    /// let last = 0;
+    /// let draft = spec.draft(&history, last);  // [1, 2, ..., 16]
+    /// history.push(last);
+    /// history.extend_from_slice(&draft[..5]);  // the target kept 5
+    /// spec.accept(5);
+    /// spec.draft(&history, 6);                 // history = previous + [last] + accepted
+    /// assert_eq!(spec.misuse_count(), 0);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    ///
+    /// Wrong (`last` pushed before drafting):
+    ///
+    /// ```
+    /// # use selfspec::{Config, Speculative};
+    /// let mut spec = Speculative::new(&Config::default())?;
+    /// let mut history: Vec<u32> = (0..100).map(|i| i % 20).collect();
+    /// spec.begin(&history);
+    /// history.push(0);
+    /// spec.draft(&history, 0);                 // warns: the history already ends with `last`
+    /// assert_eq!(spec.misuse_count(), 1);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
     pub fn draft(&mut self, history: &[Token], last: Token) -> &[Token] {
+        self.check_history(history, last);
         self.current = None;
         self.source = None;
         self.draft.clear();
@@ -249,6 +404,56 @@ impl Speculative {
         &self.draft
     }
 
+    /// Checks `history` against what the previous calls implied (see
+    /// [`draft`](Speculative::draft)), then records this call's shape.
+    fn check_history(&mut self, history: &[Token], last: Token) {
+        if let Some(expect) = self.expect {
+            let accepted = &self.draft[..expect.accepted.min(self.draft.len())];
+            if let Some(misuse) = expect.check(history, last, accepted) {
+                if !self.misuse_reported {
+                    self.misuse_reported = true;
+                    self.misuses += 1;
+                    let want = expect.len();
+                    let got = history.len();
+                    match misuse {
+                        Misuse::LastIncluded => tracing::warn!(
+                            target: "selfspec",
+                            "draft(history, last): the history ({got} tokens) already ends with \
+                             `last`; expected {want} tokens: the previous history + [its last] + \
+                             the {} accepted draft tokens, without the new `last` (reported once \
+                             until the next begin)",
+                            expect.accepted
+                        ),
+                        Misuse::NotExtended => tracing::warn!(
+                            target: "selfspec",
+                            "draft(history, last): the history ({got} tokens) did not grow by the \
+                             previous `last` and the {} accepted draft tokens; expected {want} \
+                             tokens: history + [last] + draft[..n_accepted] (reported once until \
+                             the next begin)",
+                            expect.accepted
+                        ),
+                    }
+                }
+            }
+        }
+        self.expect = Some(Expect {
+            base: history.len(),
+            base_tail: history.last().copied(),
+            last: Some(last),
+            accepted: 0,
+        });
+    }
+
+    /// Sequences (spans between [`begin`](Speculative::begin) calls) in which
+    /// [`draft`](Speculative::draft) saw a history that breaks its contract
+    /// (`last` already included, or the accepted tokens not appended); each
+    /// was also logged once through `tracing::warn!`. Cleared by
+    /// [`reset_stats`](Speculative::reset_stats).
+    #[must_use]
+    pub fn misuse_count(&self) -> u64 {
+        self.misuses
+    }
+
     /// The target kept `n_accepted` tokens of the last draft.
     ///
     /// Nothing happens for 0 (as in llama.cpp) or without a pending draft;
@@ -258,6 +463,9 @@ impl Speculative {
             return;
         };
         let n_accepted = n_accepted.min(self.draft.len());
+        if let Some(expect) = &mut self.expect {
+            expect.accepted = n_accepted;
+        }
         if n_accepted == 0 {
             // Still the current drafter's turn: a later non-zero accept of the
             // same draft is forwarded.
@@ -312,6 +520,7 @@ impl Speculative {
         for s in &mut self.stats {
             *s = DrafterStats::new(std::mem::take(&mut s.name));
         }
+        self.misuses = 0;
     }
 
     /// Logs every statistics line at `info` level through `tracing`.

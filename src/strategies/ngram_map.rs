@@ -130,6 +130,9 @@ impl std::fmt::Debug for NgramMap {
 
 impl NgramMap {
     /// `ngram-map-k`: key size `n`, value size `m`.
+    ///
+    /// Does not validate: `n` = 0 or `m` = 0 silently never drafts. To check
+    /// parameters, use [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate), which reject `n` or `m` outside `1..=MAX_NGRAM`.
     #[must_use]
     pub fn key_only(n: usize, m: usize) -> NgramMap {
         NgramMap::new(n, m, true, 1)
@@ -137,6 +140,10 @@ impl NgramMap {
 
     /// `ngram-map-k4v`: key size `n`, value size `m`, drafting once a key was
     /// seen `min_hits` times and one of its values dominates.
+    ///
+    /// Does not validate: `n` = 0 or `m` = 0 silently never drafts, and a
+    /// `min_hits` above what the key counters reach (16380) never drafts
+    /// either. To check parameters, use [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate), which reject them.
     #[must_use]
     pub fn four_values(n: usize, m: usize, min_hits: usize) -> NgramMap {
         NgramMap::new(n, m, false, min_hits)

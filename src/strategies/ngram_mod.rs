@@ -74,7 +74,8 @@ impl std::fmt::Debug for NgramPool {
 impl NgramPool {
     /// A pool of `size` empty cells (8 bytes each).
     ///
-    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`].
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE),
+    /// and with [`Error::OutOfMemory`] when the cells cannot be allocated.
     ///
     /// # Errors
     ///
@@ -89,8 +90,16 @@ impl NgramPool {
                 max: MAX_POOL_SIZE,
             });
         }
+        let mut cells = Vec::new();
+        cells
+            .try_reserve_exact(size)
+            .map_err(|_| Error::OutOfMemory {
+                what: "ngram-mod pool",
+                bytes: size.saturating_mul(std::mem::size_of::<AtomicU64>()),
+            })?;
+        cells.extend((0..size).map(|_| AtomicU64::new(EMPTY as u64)));
         Ok(NgramPool {
-            cells: (0..size).map(|_| AtomicU64::new(EMPTY as u64)).collect(),
+            cells: cells.into_boxed_slice(),
             generation: AtomicU32::new(0),
             mask: size.is_power_of_two().then_some(size as u64 - 1),
             used: AtomicUsize::new(0),
@@ -250,6 +259,9 @@ pub struct NgramMod {
 
 impl NgramMod {
     /// A drafter with key size `n` over `pool`.
+    ///
+    /// Does not validate: `n` = 0 silently never drafts. To check parameters,
+    /// use [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate), which reject `n` outside `1..=MAX_NGRAM`.
     pub fn new(n: usize, pool: Arc<NgramPool>) -> NgramMod {
         NgramMod {
             n,

@@ -33,8 +33,9 @@ pub struct NgramSimple {
 impl NgramSimple {
     /// A drafter with key size `n` and draft size `m`.
     ///
-    /// Sizes of 0 make it never draft; [`Strategy::validate`](crate::Strategy::validate)
-    /// rejects them.
+    /// Does not validate: sizes of 0 (and keys longer than any history) make
+    /// it silently never draft. To check parameters, use [`Config`](crate::Config) / [`Strategy::validate`](crate::Strategy::validate), which reject
+    /// `n` or `m` outside `1..=MAX_NGRAM`.
     #[must_use]
     pub fn new(n: usize, m: usize) -> NgramSimple {
         NgramSimple {

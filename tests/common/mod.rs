@@ -7,6 +7,7 @@ use selfspec::replay::Session;
 use selfspec::{DraftLimits, Drafter, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
+#[cfg(feature = "serde")]
 pub fn load_workload(path: impl AsRef<Path>) -> Vec<Session> {
     selfspec::replay::read_workload(path).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -10,6 +10,8 @@
 //!    sequences share one pool. No panic, and every draft obeys the limits and
 //!    its strategy's provenance rule.
 
+// The oracles live with the root package's tests (the fuzz smoke uses them too).
+#[path = "../../tests/oracle/mod.rs"]
 mod oracle;
 
 use std::collections::HashSet;
@@ -167,8 +169,22 @@ fn equivalent(config: &Config, requests: &[RequestScript]) -> Result<(), TestCas
     Ok(())
 }
 
+/// The default configuration, with the regressions file named outright: in a
+/// workspace member, proptest cannot find it next to this file from `file!()`.
+fn regressions() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/properties.proptest-regressions"
+            )),
+        )),
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 192, ..regressions() })]
 
     #[test]
     fn chain_equals_naive_oracle(
@@ -230,7 +246,7 @@ fn follows_key(history: &[Token], last: Token, n: usize, draft: &[Token]) -> boo
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..regressions() })]
 
     #[test]
     fn chaos_never_breaks_the_contract(

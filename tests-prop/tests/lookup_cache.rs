@@ -1,13 +1,15 @@
 //! llama.cpp cache files: byte-compatible reading and writing, round trips,
 //! building from a corpus, merging, and typed errors for broken files.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use selfspec::strategies::{LookupCache, NgramCache};
 use selfspec::{Config, Error, Speculative, Strategy};
 
 fn golden(name: &str) -> std::path::PathBuf {
-    common::manifest_path(&format!("tests/golden/ngram-cache/{name}"))
+    // The golden files stay with the root package's golden traces.
+    common::manifest_path(&format!("../tests/golden/ngram-cache/{name}"))
 }
 
 #[test]
@@ -192,7 +194,18 @@ fn naive_cache(corpus: &[u32], sizes: std::ops::RangeInclusive<usize>) -> NaiveC
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+    // The regressions file named outright: in a workspace member, proptest
+    // cannot find it next to this file from `file!()`.
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 64,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/lookup_cache.proptest-regressions"
+            )),
+        )),
+        ..proptest::test_runner::Config::default()
+    })]
 
     /// Small alphabets give parts past the indexed size; larger ones mostly
     /// new n-grams. The cache equals the naive one, in the same order, built

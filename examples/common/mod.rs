@@ -1,0 +1,130 @@
+//! Shared by the example tools: the embedded samples, workload loading,
+//! output and exit codes, so that all of them behave the same.
+//!
+//! - Output goes through [`Out`] (a buffered, locked stdout) with `writeln!`;
+//!   every write returns an `io::Result`.
+//! - A closed pipe (`replay | head -1`) ends the tool quietly (exit 0); any
+//!   other write error (`> /dev/full`) is one line on stderr, exit 2.
+//! - Errors (bad options, unreadable or empty workloads, invalid
+//!   configurations) are one line on stderr, exit 2, before any output
+//!   where they can be found up front.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::io::{self, BufWriter, StdoutLock, Write};
+use std::process::ExitCode;
+
+use selfspec::replay::Session;
+
+/// The embedded samples (real public data, Qwen3 tokenizer; see `examples/data/`).
+pub const SAMPLES: [(&str, &str); 3] = [
+    ("sample-chat", include_str!("../data/sample-chat.jsonl")),
+    (
+        "sample-code-edit",
+        include_str!("../data/sample-code-edit.jsonl"),
+    ),
+    ("sample-code", include_str!("../data/sample-code.jsonl")),
+];
+
+/// The tools' standard output.
+pub type Out = BufWriter<StdoutLock<'static>>;
+
+/// Why a tool stops early.
+#[derive(Debug)]
+pub enum Failure {
+    /// The reader closed the pipe: nothing more to say.
+    Quiet,
+    /// A one-line message for stderr.
+    Message(String),
+}
+
+/// The tools' result type.
+pub type Result<T = ()> = std::result::Result<T, Failure>;
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Failure::Quiet
+        } else {
+            Failure::Message(format!("writing the output: {e}"))
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Message(e)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(e: &str) -> Failure {
+        Failure::Message(e.to_string())
+    }
+}
+
+impl From<selfspec::Error> for Failure {
+    fn from(e: selfspec::Error) -> Failure {
+        Failure::Message(e.to_string())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Quiet => Ok(()),
+            Failure::Message(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Runs a tool: `run` writes to the locked stdout; an error becomes one line
+/// on stderr (`NAME: message`) and exit status 2, a closed pipe exit 0.
+pub fn main(name: &str, run: impl FnOnce(&mut Out) -> Result) -> ExitCode {
+    let mut out = BufWriter::new(io::stdout().lock());
+    let result = run(&mut out).and_then(|()| out.flush().map_err(Failure::from));
+    match result {
+        Ok(()) | Err(Failure::Quiet) => {
+            // Nothing more reaches a closed pipe; do not try again on drop.
+            let _ = out.into_parts();
+            ExitCode::SUCCESS
+        }
+        Err(Failure::Message(m)) => {
+            let _ = out.into_parts();
+            eprintln!("{name}: {m}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// An empty workload is an error.
+fn non_empty(name: &str, sessions: Vec<Session>) -> Result<Vec<Session>> {
+    if sessions.is_empty() {
+        return Err(Failure::Message(format!("{name}: no sessions")));
+    }
+    Ok(sessions)
+}
+
+/// Reads the workload file `path` (JSON Lines); errors name the file.
+pub fn read(path: &str) -> Result<Vec<Session>> {
+    non_empty(path, selfspec::replay::read_workload(path)?)
+}
+
+/// The embedded samples, parsed.
+pub fn samples() -> Result<Vec<(String, Vec<Session>)>> {
+    SAMPLES
+        .iter()
+        .map(|(name, text)| {
+            let sessions = selfspec::replay::parse_workload(name, text)?;
+            Ok((name.to_string(), non_empty(name, sessions)?))
+        })
+        .collect()
+}
+
+/// The workloads named by `files`, or the embedded samples when there are none.
+pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
+    if files.is_empty() {
+        return samples();
+    }
+    files.iter().map(|f| Ok((f.clone(), read(f)?))).collect()
+}

@@ -1,0 +1,197 @@
+//! Verification helpers: which draft tokens the target keeps, and the token
+//! that follows them.
+//!
+//! The engine runs one batched forward pass over `[last] + draft` (`k` draft
+//! tokens: `k + 1` positions). Row `i` of its output is the target's
+//! prediction after `[last] + draft[..i]`: row 0 checks `draft[0]`, row `k`
+//! predicts the token after a fully accepted draft (the *bonus* token). Both
+//! helpers return a [`Verdict`]: keep `draft[..n_accepted]`, then the target's
+//! own `next_token` (a correction at the first rejected position, or the
+//! bonus), which becomes the next `last`.
+//!
+//! - [`greedy`] / [`greedy_next`] for greedy decoding (argmax per row): the
+//!   output is exactly what decoding without drafts gives.
+//! - [`sampled`] for sampling (temperature, top-p...: any distribution per
+//!   row): the speculative-sampling rule for a deterministic draft, so every
+//!   emitted token is distributed exactly as if sampled from the target.
+//!
+//! Where they go in an engine loop:
+//!
+//! ```
+//! use selfspec::{verify, Config, Speculative, Token};
+//!
+//! // A mock target: its greedy choice after `t` is `(t + 1) % 8`, except after 5.
+//! let argmax_after = |t: Token| if t == 5 { 0 } else { (t + 1) % 8 };
+//! let mut spec = Speculative::new(&Config::recommended())?;
+//! let prompt: Vec<Token> = (0..64).map(|i| argmax_after(i) % 8).collect();
+//! spec.begin(&prompt);
+//! let mut history = prompt.clone();
+//! let mut last: Token = argmax_after(*history.last().unwrap()); // sampled after prefill
+//! for _ in 0..20 {
+//!     // 1. propose
+//!     let draft = spec.draft(&history, last);
+//!     // 2. one batched forward pass over [last] + draft: one row per position
+//!     let rows: Vec<Token> = std::iter::once(last).chain(draft.iter().copied()).map(argmax_after).collect();
+//!     // 3. verify
+//!     let v = verify::greedy_next(draft, &rows).expect("one row more than the draft");
+//!     // 4. commit: the history grows by [last] + the accepted tokens; the
+//!     //    target's next token is the next `last`
+//!     history.push(last);
+//!     history.extend_from_slice(&draft[..v.n_accepted]);
+//!     spec.accept(v.n_accepted);
+//!     last = v.next_token;
+//! }
+//! assert_eq!(spec.misuse_count(), 0);
+//! # Ok::<(), selfspec::Error>(())
+//! ```
+//!
+//! With sampling, step 3 is [`sampled`] over the rows' probabilities (after
+//! the engine's temperature / top-k / top-p), with the engine's random
+//! source:
+//!
+//! ```
+//! use selfspec::verify::{sampled, Verdict};
+//!
+//! // Rows after [last], [last, 7], [last, 7, 2]: distributions over 4 tokens.
+//! let rows: [&[f32]; 3] = [&[0.0, 0.0, 0.0, 1.0], &[0.0, 0.0, 1.0, 0.0], &[0.5, 0.5, 0.0, 0.0]];
+//! let draft = [3, 2];
+//! let mut draws = [0.3, 0.9, 0.75].into_iter(); // the engine's uniform draws in [0, 1)
+//! let v = sampled(&draft, &rows, || draws.next().unwrap());
+//! assert_eq!(v, Verdict { n_accepted: 2, next_token: 1 }); // both kept, bonus token 1
+//! ```
+
+use crate::Token;
+
+/// The outcome of verifying one draft.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    /// Draft tokens the target keeps: `draft[..n_accepted]`.
+    pub n_accepted: usize,
+    /// The target's token after them: at the first rejected position its own
+    /// choice, after a fully accepted draft the bonus token. It is the next
+    /// step's `last`.
+    pub next_token: Token,
+}
+
+/// Greedy verification: the length of the longest prefix of `draft` that the
+/// target agrees with.
+///
+/// `target_argmax[i]` is the target's argmax after `[last] + draft[..i]`, so a
+/// forward pass over `[last] + draft` gives `draft.len() + 1` of them; only
+/// the first `min(draft.len(), target_argmax.len())` are compared.
+///
+/// ```
+/// assert_eq!(selfspec::verify::greedy(&[4, 5, 6], &[4, 5, 9, 1]), 2);
+/// ```
+#[must_use]
+pub fn greedy(draft: &[Token], target_argmax: &[Token]) -> usize {
+    draft
+        .iter()
+        .zip(target_argmax)
+        .take_while(|(d, t)| d == t)
+        .count()
+}
+
+/// [`greedy`] and the target's next token (`target_argmax[n_accepted]`: its
+/// correction, or the bonus token after a fully accepted draft).
+///
+/// `None` when `target_argmax` has no row after the accepted prefix (it should
+/// have `draft.len() + 1`).
+///
+/// ```
+/// use selfspec::verify::{greedy_next, Verdict};
+///
+/// assert_eq!(greedy_next(&[4, 5, 6], &[4, 5, 9, 1]), Some(Verdict { n_accepted: 2, next_token: 9 }));
+/// assert_eq!(greedy_next(&[4, 5], &[4, 5, 1]), Some(Verdict { n_accepted: 2, next_token: 1 }));
+/// assert_eq!(greedy_next(&[], &[3]), Some(Verdict { n_accepted: 0, next_token: 3 }));
+/// ```
+#[must_use]
+pub fn greedy_next(draft: &[Token], target_argmax: &[Token]) -> Option<Verdict> {
+    let n_accepted = greedy(draft, target_argmax);
+    target_argmax.get(n_accepted).map(|&next_token| Verdict {
+        n_accepted,
+        next_token,
+    })
+}
+
+/// Speculative sampling for a deterministic draft (the draft puts probability
+/// 1 on each of its tokens, as every selfspec strategy does).
+///
+/// `target_probs[i]` is the target's distribution over the vocabulary after
+/// `[last] + draft[..i]` (indexed by token id; rows of `draft.len() + 1`
+/// entries, each summing to 1 after the engine's temperature / top-k / top-p).
+/// `uniform` returns independent draws in `[0, 1)` from the engine's random
+/// source.
+///
+/// For `i = 0, 1, ...`, draft token `d = draft[i]` is kept with probability
+/// `p_i(d)` (one draw each). At the first rejection the next token is
+/// sampled from `p_i` with `d` removed and renormalised; when every draft
+/// token is kept it is sampled from the last row (one more draw either way).
+/// Every emitted token is thus distributed exactly as sampling from the
+/// target token by token.
+///
+/// Only the first `target_probs.len() - 1` draft tokens are verified when
+/// fewer rows are given. Token ids beyond a row's length have probability 0.
+///
+/// # Panics
+///
+/// When `target_probs` is empty, or a row needed for the next token is
+/// empty.
+pub fn sampled<P: AsRef<[f32]>>(
+    draft: &[Token],
+    target_probs: &[P],
+    mut uniform: impl FnMut() -> f64,
+) -> Verdict {
+    assert!(
+        !target_probs.is_empty(),
+        "verify::sampled: target_probs needs draft.len() + 1 rows"
+    );
+    let k = draft.len().min(target_probs.len() - 1);
+    for (i, &d) in draft[..k].iter().enumerate() {
+        let row = target_probs[i].as_ref();
+        let p = row.get(d as usize).copied().unwrap_or(0.0) as f64;
+        if uniform() < p {
+            continue;
+        }
+        return Verdict {
+            n_accepted: i,
+            next_token: sample(row, Some(d), uniform()),
+        };
+    }
+    Verdict {
+        n_accepted: k,
+        next_token: sample(target_probs[k].as_ref(), None, uniform()),
+    }
+}
+
+/// Samples from `row` (weights, renormalised) without `skip`, with the draw `u`.
+fn sample(row: &[f32], skip: Option<Token>, u: f64) -> Token {
+    assert!(!row.is_empty(), "verify::sampled: an empty probability row");
+    let weight = |t: usize| -> f64 {
+        if Token::try_from(t).ok() == skip {
+            0.0
+        } else {
+            (row[t] as f64).max(0.0)
+        }
+    };
+    let total: f64 = (0..row.len()).map(weight).sum();
+    if total <= 0.0 {
+        // All the mass was on `skip` (it was rejected by rounding only).
+        return skip.unwrap_or(0);
+    }
+    let target = u * total;
+    let mut cumulative = 0.0;
+    let mut chosen = None;
+    for t in 0..row.len() {
+        let w = weight(t);
+        if w <= 0.0 {
+            continue;
+        }
+        cumulative += w;
+        chosen = Some(t);
+        if target < cumulative {
+            break;
+        }
+    }
+    chosen.map_or(0, |t| Token::try_from(t).unwrap_or(Token::MAX))
+}
