@@ -73,10 +73,10 @@ const MIRRORED: usize = 32;
 /// A request in flight publishes its tokens to the engine-wide memory once
 /// this many are new, so that the requests decoded beside it draft from
 /// them (parallel sampling, agent fan-out, similar tasks in one batch).
-const PUBLISH_EVERY: u64 = 64;
+const PUBLISH_EVERY: u64 = 16;
 /// Draft calls between two merges of this sequence's selector steps into the
 /// engine-wide weights (and back).
-const SYNC_EVERY: u32 = 64;
+const SYNC_EVERY: u32 = 4;
 
 /// The default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
 /// 84 bytes each (budgets are rounded down to a power of two of tokens).
