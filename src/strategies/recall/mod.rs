@@ -359,7 +359,11 @@ struct Choice {
 /// recall.draft(&text, 0, DraftLimits::default(), &mut draft);
 /// assert_eq!(&draft[..4], &[1, 2, 3, 4]);
 /// ```
-#[derive(Clone, Debug)]
+///
+/// A clone is a fork (parallel sampling, beam search): it continues from
+/// the same state without re-indexing, and publishes only the tokens it
+/// adds (the parent publishes what they share).
+#[derive(Debug)]
 pub struct Recall {
     threshold: f64,
     hasher: Hasher,
@@ -717,6 +721,36 @@ impl Work {
             }
         }
         choice
+    }
+}
+
+impl Clone for Recall {
+    fn clone(&self) -> Recall {
+        Recall {
+            threshold: self.threshold,
+            hasher: self.hasher.clone(),
+            own: self.own.clone(),
+            memory: Arc::clone(&self.memory),
+            snapshot: self.snapshot.clone(),
+            mirror: self.mirror.clone(),
+            request_start: self.request_start,
+            // What the two share is the parent's to publish.
+            published: self.own.end(),
+            mirrored: self.mirrored.clone(),
+            // The parent's unmerged steps are the parent's to merge; the
+            // child scores with the same sums.
+            weights: {
+                let mut w = self.weights;
+                w.merge(&mut self.delta.clone());
+                w
+            },
+            delta: Weights::zero(),
+            work: self.work.clone(),
+            since_sync: 0,
+            expect: self.expect,
+            anchors: self.anchors,
+            awaiting: self.awaiting,
+        }
     }
 }
 
