@@ -490,8 +490,29 @@ fn bench_shared_memory(c: &mut Criterion) {
     group.finish();
 }
 
+/// Appending a request to the engine-wide memory, per token, as the
+/// memory fills (its buckets outgrow the caches).
+fn bench_memory_append(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory-append");
+    group.sample_size(10);
+    let request = text_stream(1024, 9);
+    group.throughput(Throughput::Elements(request.len() as u64));
+    for held in [16usize << 10, 256 << 10, 2 << 20] {
+        let memory = selfspec::strategies::RecallMemory::new(held * 84);
+        let fill = text_stream(held, 13);
+        for part in fill.chunks(4096) {
+            memory.append(part);
+        }
+        group.bench_function(format!("{}k", held >> 10), |b| {
+            b.iter(|| black_box(memory.append(&request)))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_memory_append,
     bench_draft,
     bench_begin,
     bench_recall_prompt,

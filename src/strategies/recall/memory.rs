@@ -313,7 +313,34 @@ impl RecallMemory {
         if tokens.is_empty() {
             return self.end.load(Ordering::Acquire);
         }
-        let mut w = lock(&self.writer);
+        let w = lock(&self.writer);
+        self.append_locked(w, context, tokens, true)
+    }
+
+    /// Like [`append_after`](RecallMemory::append_after) from a draft call:
+    /// `None` (nothing appended) when another writer holds the lock, so that
+    /// a draft never waits for the indexing of a long request; and the
+    /// buckets do not grow here (re-chaining the whole memory would stall
+    /// the draft), only at the next plain append.
+    pub(super) fn try_append_after(&self, context: &[Token], tokens: &[Token]) -> Option<u64> {
+        if tokens.is_empty() {
+            return Some(self.end.load(Ordering::Acquire));
+        }
+        let w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(self.append_locked(w, context, tokens, false))
+    }
+
+    fn append_locked(
+        &self,
+        mut w: crate::sync::MutexGuard<'_, Writer>,
+        context: &[Token],
+        tokens: &[Token],
+        may_grow: bool,
+    ) -> u64 {
         let tokens = &tokens[tokens.len().saturating_sub(self.capacity as usize)..];
         let start = self.end.load(Ordering::Relaxed);
         let keep = ORDERS[K - 1].min(usize::try_from(start).unwrap_or(usize::MAX));
@@ -323,7 +350,7 @@ impl RecallMemory {
         if new_end > self.capacity {
             self.floor.store(new_end - self.capacity, Ordering::Release);
         }
-        let tables = self.ensure(new_end);
+        let tables = self.ensure(new_end, may_grow);
         w.runs.push_back(Run {
             start,
             context: RunContext::new(context),
@@ -351,12 +378,12 @@ impl RecallMemory {
 
     /// Chunks for every position below `new_end` and buckets for its load,
     /// published before any end that needs them.
-    fn ensure(&self, new_end: u64) -> Arc<Tables> {
+    fn ensure(&self, new_end: u64, may_grow: bool) -> Arc<Tables> {
         let tables = read_arc(&self.tables);
         let held = new_end.min(self.capacity);
         let chunks = held.div_ceil(CHUNK) as usize;
         let max_bits = (self.capacity / 2).trailing_zeros().max(MIN_BITS);
-        let bits = if held > (MAX_LOAD as u64) << tables.bits {
+        let bits = if may_grow && held > (MAX_LOAD as u64) << tables.bits {
             (held.next_power_of_two() / 2)
                 .trailing_zeros()
                 .clamp(MIN_BITS, max_bits)

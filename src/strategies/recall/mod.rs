@@ -32,7 +32,7 @@ use crate::index::Roomy;
 use crate::sync::{lock, Arc};
 
 use calibrate::{m_bucket, Cell};
-use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, ORDERS};
+use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS};
 use memory::{Snapshot, View};
 use score::{Features, Weights};
 
@@ -74,6 +74,9 @@ const MIRRORED: usize = 32;
 /// this many are new, so that the requests decoded beside it draft from
 /// them (parallel sampling, agent fan-out, similar tasks in one batch).
 const PUBLISH_EVERY: u64 = 16;
+/// The most tokens a draft call publishes in flight; a longer backlog (a
+/// new long prompt) is published when the request ends.
+const INFLIGHT_MAX: u64 = 256;
 /// Draft calls between two merges of this sequence's selector steps into the
 /// engine-wide weights (and back).
 const SYNC_EVERY: u32 = 4;
@@ -213,10 +216,27 @@ impl Sources<'_> {
         };
         let vlen = vlen.min(len + drafted.len() as u64);
         if p.in_memory() {
-            match_len(&self.memory, p.at(), (vlen, own.floor()), false, v)
-        } else {
-            match_len(own, p.at(), (vlen, own.floor()), true, v)
+            return match_len(&self.memory, p.at(), (vlen, own.floor()), false, v);
         }
+        // The own index: slices compared backwards, the drafted tail first
+        // (the hot case: no per-token store dispatch or bounds checks).
+        let stream = own.tokens_from(own.floor());
+        let drafted = &drafted[..(vlen - len) as usize];
+        let before = &stream[..((p.at() - own.floor()) as usize).min(stream.len())];
+        if p.at() == vlen {
+            return 0;
+        }
+        let same = |(a, b): &(&Token, &Token)| a == b;
+        let tail = before.iter().rev().zip(drafted.iter().rev());
+        let mut m = tail.take(MAX_MATCH).take_while(same).count();
+        if m == drafted.len() && m < MAX_MATCH {
+            let rest = before[..before.len() - m]
+                .iter()
+                .rev()
+                .zip(stream.iter().rev());
+            m += rest.take(MAX_MATCH - m).take_while(same).count();
+        }
+        m
     }
 
     /// Age of `p`, in tokens before the own index's end.
@@ -286,15 +306,26 @@ impl Sources<'_> {
                 continue;
             }
             let end = (anchor.at() + LOCAL_WINDOW).min(self.end(anchor) - 1);
-            for at in anchor.at() + 1..=end {
-                let p = Pos(anchor.0 - anchor.at() + at);
-                if self.token(Pos(p.0 - 1)) != last {
-                    continue;
-                }
+            let mut consider = |p: Pos| {
                 let m = self.match_len(p, len, &[]);
                 if best.map_or(true, |(_, bm)| m > bm) {
                     best = Some((p, m));
                 }
+            };
+            if anchor.in_memory() {
+                for at in anchor.at() + 1..=end {
+                    if self.memory.token(at - 1) == last {
+                        consider(Pos::memory(at));
+                    }
+                }
+            } else {
+                // The own window as a slice: a scan for `last`.
+                let floor = self.own.floor();
+                let window = &self.own.tokens_from(anchor.at())[..(end - anchor.at()) as usize];
+                for (i, _) in window.iter().enumerate().filter(|(_, &t)| t == last) {
+                    consider(Pos::own(anchor.at() + 1 + i as u64));
+                }
+                debug_assert!(anchor.at() >= floor);
             }
         }
         best.filter(|&(_, m)| m >= LOCAL_MIN_MATCH)
@@ -374,8 +405,10 @@ pub struct Recall {
     mirror: Roomy<Token>,
     /// Own position where the current request's output starts.
     request_start: u64,
-    /// Own tokens before this are in the memory already.
+    /// Own tokens before this are in the memory already (but `deferred`).
     published: u64,
+    /// Own tokens left for the request's end (a long prompt).
+    deferred: Option<(u64, u64)>,
     /// Memory ranges that are copies of own tokens (not counted twice).
     mirrored: Vec<(u64, u64)>,
     /// The selector's weights as of the last merge, and this sequence's steps since.
@@ -433,6 +466,7 @@ impl Recall {
             mirror: Roomy::default(),
             request_start: 0,
             published: 0,
+            deferred: None,
             mirrored: Vec::with_capacity(MIRRORED),
             weights,
             delta: Weights::zero(),
@@ -468,26 +502,73 @@ impl Recall {
     /// Hands the own tokens not yet in the memory to it, after the tokens
     /// before them as context.
     fn publish(&mut self) {
-        let floor = self.own.floor();
-        let from = self.published.max(floor);
-        let tokens = self.own.tokens_from(from);
-        if !tokens.is_empty() {
-            let before = from - (from - floor).min(ORDERS[K - 1] as u64);
-            let held = self.own.tokens_from(before);
-            let (context, tokens) = held.split_at((from - before) as usize);
-            let start = self.memory.append_after(context, tokens);
-            let end = start + tokens.len() as u64;
-            match self.mirrored.last_mut() {
-                Some(last) if last.1 == start => last.1 = end,
-                _ => {
-                    if self.mirrored.len() == MIRRORED {
-                        self.mirrored.remove(0);
-                    }
-                    self.mirrored.push((start, end));
+        if let Some((from, to)) = self.deferred.take() {
+            self.publish_range(from, to, false);
+        }
+        self.publish_range(self.published, self.own.end(), false);
+        self.published = self.own.end();
+    }
+
+    /// Publishes in flight: what is new since the last time, except a long
+    /// backlog (a new long prompt), which waits for the request's end so
+    /// that no draft call indexes more than [`INFLIGHT_MAX`] tokens into the
+    /// memory.
+    fn publish_in_flight(&mut self) {
+        let from = self.published.max(self.own.floor());
+        let end = self.own.end();
+        if end - from > INFLIGHT_MAX {
+            self.deferred = match self.deferred {
+                None => Some((from, end)),
+                // Adjacent backlogs wait together.
+                Some((a, b)) if b == from => Some((a, end)),
+                // Otherwise the older waits; the newer's tail goes now.
+                Some(older) => {
+                    self.published = end - PUBLISH_EVERY;
+                    Some(older)
                 }
+            };
+            if self.published != end - PUBLISH_EVERY {
+                self.published = end;
+                return;
             }
         }
-        self.published = self.own.end();
+        if self.publish_range(self.published, end, true) {
+            self.published = end;
+        }
+    }
+
+    /// Appends the own tokens `from..to` (what is still held of them) to the
+    /// memory, after the tokens before them as context; in flight, only if
+    /// no other writer is at work (false: nothing appended).
+    fn publish_range(&mut self, from: u64, to: u64, in_flight: bool) -> bool {
+        let floor = self.own.floor();
+        let from = from.max(floor);
+        if from >= to {
+            return true;
+        }
+        let before = from - (from - floor).min(ORDERS[K - 1] as u64);
+        let held = self.own.tokens_from(before);
+        let held = &held[..held.len().min((to - before) as usize)];
+        let (context, tokens) = held.split_at((from - before) as usize);
+        let start = if in_flight {
+            match self.memory.try_append_after(context, tokens) {
+                Some(start) => start,
+                None => return false,
+            }
+        } else {
+            self.memory.append_after(context, tokens)
+        };
+        let end = start + tokens.len() as u64;
+        match self.mirrored.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => {
+                if self.mirrored.len() == MIRRORED {
+                    self.mirrored.remove(0);
+                }
+                self.mirrored.push((start, end));
+            }
+        }
+        true
     }
 
     /// Merges what this drafter learned into the engine-wide tables and
@@ -736,6 +817,7 @@ impl Clone for Recall {
             request_start: self.request_start,
             // What the two share is the parent's to publish.
             published: self.own.end(),
+            deferred: None,
             mirrored: self.mirrored.clone(),
             // The parent's unmerged steps are the parent's to merge; the
             // child scores with the same sums.
@@ -811,7 +893,7 @@ impl Drafter for Recall {
         if self.own.end() - self.published.max(self.own.floor()) >= PUBLISH_EVERY
             && Arc::strong_count(&self.memory) > 1
         {
-            self.publish();
+            self.publish_in_flight();
         }
         let base = draft.len();
         self.draft_tokens(limits, draft);
