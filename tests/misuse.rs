@@ -227,6 +227,7 @@ fn an_empty_prompt_is_checked_like_any_other() {
     spec.begin(&[]);
     spec.draft(&[], 7);
     spec.draft(&[5], 8); // another history: quiet
+    assert_eq!(spec.misuse_count(), 0);
     spec.draft(&[5], 9); // the same history: 8 was not appended
     assert_eq!(spec.misuse_count(), 1);
 }
