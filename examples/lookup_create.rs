@@ -7,8 +7,9 @@
 //! ```
 //!
 //! `--dynamic` writes 1..4-gram counts (a dynamic cache) instead of 2-grams.
-//! Without arguments: builds a static cache from each embedded sample and
-//! replays the *other* sample with ngram-cache, with and without it.
+//! Without arguments: builds a static cache from each of the chat and
+//! code-edit samples and replays the *other* one with ngram-cache, with and
+//! without it.
 
 mod common;
 

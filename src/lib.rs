@@ -58,6 +58,10 @@
 //! # Ok::<(), selfspec::Error>(())
 //! ```
 //!
+//! [`verify`] turns the target's output over `[last] + draft` into the number
+//! of accepted tokens and the next token, for greedy decoding and for
+//! sampling (speculative sampling, exact in distribution).
+//!
 //! # Sharing
 //!
 //! Keep one [`Speculative`] per sequence (it is `Send`). ngram-mod's

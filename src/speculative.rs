@@ -80,11 +80,10 @@ impl Expect {
     /// `h[..base]` ends as the previous history did, then `[last] + accepted`
     /// follows from `base` on (only as far as `h` reaches).
     fn tail_matches(&self, h: &[Token], base: usize, accepted: &[Token]) -> bool {
-        let Some(before) = base.checked_sub(1) else {
-            return self.base_tail.is_none();
-        };
-        if h.get(before) != self.base_tail.as_ref() {
-            return false;
+        if let Some(before) = base.checked_sub(1) {
+            if h.get(before) != self.base_tail.as_ref() {
+                return false;
+            }
         }
         let mut i = base;
         if let Some(last) = self.last {

@@ -203,3 +203,31 @@ fn replay_keeps_the_contract() {
         assert_eq!(spec.misuse_count(), 0, "{name}");
     }
 }
+
+#[test]
+fn an_empty_prompt_is_checked_like_any_other() {
+    let config = Config::new([Strategy::NgramSimple { n: 1, m: 4 }]);
+    // Right: the history grows from nothing.
+    let mut spec = Speculative::new(&config).unwrap();
+    spec.begin(&[]);
+    let mut history: Vec<Token> = Vec::new();
+    for t in [1, 2, 3, 1, 2, 3, 1, 2, 3] {
+        spec.draft(&history, t);
+        spec.accept(0);
+        history.push(t);
+    }
+    assert_eq!(spec.misuse_count(), 0);
+    // Wrong: `last` pushed first, from the very first call.
+    let mut spec = Speculative::new(&config).unwrap();
+    spec.begin(&[]);
+    spec.draft(&[7], 7);
+    assert_eq!(spec.misuse_count(), 1);
+    // Wrong: the history of the previous call, again (`last` never appended).
+    let mut spec = Speculative::new(&config).unwrap();
+    spec.begin(&[]);
+    spec.draft(&[], 7);
+    spec.draft(&[5], 8); // another history: quiet
+    assert_eq!(spec.misuse_count(), 0);
+    spec.draft(&[5], 9); // the same history: 8 was not appended
+    assert_eq!(spec.misuse_count(), 1);
+}
