@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::Error;
+use crate::{DraftLimits, Error};
 
 /// Largest key or value size (`n`, `m`) a strategy accepts.
 ///
@@ -17,6 +17,13 @@ pub const MAX_DRAFT: usize = 4096;
 
 /// Largest ngram-mod pool, in cells (8 bytes each: 16 GiB).
 pub const MAX_POOL_SIZE: usize = 1 << 31;
+
+/// Checks a pool size against `1..=MAX_POOL_SIZE` (the one check of it, used
+/// by [`Config::validate`] and [`NgramPool::new`](crate::NgramPool::new));
+/// `context` names where the size came from.
+pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
+    range(context, "pool_size", size, 1, MAX_POOL_SIZE)
+}
 
 /// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
 pub const MAX_MIN_HITS: usize = 16380;
@@ -138,33 +145,178 @@ pub enum Strategy {
     },
 }
 
+/// llama.cpp's default key size `n` (ngram-simple, both maps, ngram-mod).
+const DEFAULT_N: usize = 12;
+/// llama.cpp's default value size `m` (ngram-simple, both maps).
+const DEFAULT_M: usize = 48;
+/// llama.cpp's default `min_hits` (ngram-map-k4v).
+const DEFAULT_MIN_HITS: usize = 1;
+
+/// One strategy's names and defaults: a row of [`STRATEGIES`].
+struct Row {
+    /// The command-line name (`--spec-type`, [`Strategy::name`]).
+    name: &'static str,
+    /// The name in statistics lines ([`Strategy::stats_name`]).
+    stats_name: &'static str,
+    /// What the bare name parses to ([`Strategy::from_name`]).
+    default: fn() -> Strategy,
+}
+
+/// The one table of strategies: names, statistics names and defaults.
+/// [`Strategy::name`], [`Strategy::stats_name`], [`Strategy::from_name`],
+/// [`Strategy::names`], `FromStr`, serde and the [`Error::UnknownStrategy`]
+/// message all read it. A variant's row is found by its discriminant.
+const STRATEGIES: &[Row] = &[
+    Row {
+        name: "ngram-simple",
+        stats_name: "ngram_simple",
+        default: || Strategy::NgramSimple {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+        },
+    },
+    Row {
+        name: "ngram-map-k",
+        stats_name: "ngram_map_k",
+        default: || Strategy::NgramMapK {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+        },
+    },
+    Row {
+        name: "ngram-map-k4v",
+        stats_name: "ngram_map_k4v",
+        default: || Strategy::NgramMapK4v {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+            min_hits: DEFAULT_MIN_HITS,
+        },
+    },
+    Row {
+        name: "ngram-mod",
+        stats_name: "ngram_mod",
+        default: || Strategy::NgramMod { n: DEFAULT_N },
+    },
+    Row {
+        name: "ngram-cache",
+        stats_name: "ngram_cache",
+        default: || Strategy::NgramCache {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+    },
+    Row {
+        name: "ngram-cache-live",
+        stats_name: "ngram_cache_live",
+        default: || Strategy::NgramCacheLive {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+    },
+    Row {
+        name: "recall",
+        stats_name: "recall",
+        default: || Strategy::Recall {
+            threshold_permille: RECALL_DEFAULT_PERMILLE,
+        },
+    },
+];
+
+/// One parameter of a strategy, as strings, configuration files, printing
+/// and validation see it.
+enum Param<'a> {
+    /// A number in `min..=max` (`key=12`).
+    Number {
+        key: &'static str,
+        value: &'a mut usize,
+        min: usize,
+        max: usize,
+    },
+    /// An optional file path (`static=PATH`; `key` or its short `alias`).
+    File {
+        key: &'static str,
+        alias: &'static str,
+        value: &'a mut Option<PathBuf>,
+    },
+}
+
+impl Param<'_> {
+    /// The key strings and files name it by (the short alias for files, as printed).
+    fn key(&self) -> &'static str {
+        match self {
+            Param::Number { key, .. } => key,
+            Param::File { alias, .. } => alias,
+        }
+    }
+
+    fn answers_to(&self, name: &str) -> bool {
+        match self {
+            Param::Number { key, .. } => *key == name,
+            Param::File { key, alias, .. } => *key == name || *alias == name,
+        }
+    }
+
+    /// How an error message lists it (`n`, `static=PATH`).
+    fn usage(&self) -> String {
+        match self {
+            Param::Number { key, .. } => (*key).to_string(),
+            Param::File { alias, .. } => format!("{alias}=PATH"),
+        }
+    }
+
+    /// Sets it from the text after `key=` (`Err`: what is wrong).
+    fn set(&mut self, key: &str, text: &str) -> Result<(), String> {
+        match self {
+            Param::Number { value, .. } => {
+                **value = text
+                    .parse()
+                    .map_err(|_| format!("`{key}` = `{text}` is not a non-negative integer"))?;
+            }
+            Param::File { value, .. } => {
+                if text.is_empty() {
+                    return Err(format!("`{key}` needs a file path"));
+                }
+                **value = Some(PathBuf::from(text));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Strategy {
-    /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`.
+    /// The row of [`STRATEGIES`] for this variant.
+    fn row(&self) -> &'static Row {
+        let variant = std::mem::discriminant(self);
+        STRATEGIES
+            .iter()
+            .find(|row| std::mem::discriminant(&(row.default)()) == variant)
+            .expect("every Strategy variant has a row in STRATEGIES")
+    }
+
+    /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, ...
     #[must_use]
     pub fn name(&self) -> &'static str {
-        match self {
-            Strategy::NgramSimple { .. } => "ngram-simple",
-            Strategy::NgramMapK { .. } => "ngram-map-k",
-            Strategy::NgramMapK4v { .. } => "ngram-map-k4v",
-            Strategy::NgramMod { .. } => "ngram-mod",
-            Strategy::NgramCache { .. } => "ngram-cache",
-            Strategy::NgramCacheLive { .. } => "ngram-cache-live",
-            Strategy::Recall { .. } => "recall",
-        }
+        self.row().name
     }
 
     /// The name in statistics lines: `ngram_simple`, `ngram_map_k`, ...
     #[must_use]
     pub fn stats_name(&self) -> &'static str {
-        match self {
-            Strategy::NgramSimple { .. } => "ngram_simple",
-            Strategy::NgramMapK { .. } => "ngram_map_k",
-            Strategy::NgramMapK4v { .. } => "ngram_map_k4v",
-            Strategy::NgramMod { .. } => "ngram_mod",
-            Strategy::NgramCache { .. } => "ngram_cache",
-            Strategy::NgramCacheLive { .. } => "ngram_cache_live",
-            Strategy::Recall { .. } => "recall",
-        }
+        self.row().stats_name
+    }
+
+    /// Every strategy's command-line name, in the order of the variants.
+    ///
+    /// ```
+    /// use selfspec::Strategy;
+    ///
+    /// let names: Vec<&str> = Strategy::names().collect();
+    /// assert_eq!(names[..4], ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]);
+    /// assert!(names.iter().all(|name| Strategy::from_name(name).is_some()));
+    /// ```
+    #[must_use]
+    pub fn names() -> impl ExactSizeIterator<Item = &'static str> + Clone {
+        STRATEGIES.iter().map(|row| row.name)
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
@@ -172,28 +324,10 @@ impl Strategy {
     /// for an unknown name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {
-        Some(match name {
-            "ngram-simple" => Strategy::NgramSimple { n: 12, m: 48 },
-            "ngram-map-k" => Strategy::NgramMapK { n: 12, m: 48 },
-            "ngram-map-k4v" => Strategy::NgramMapK4v {
-                n: 12,
-                m: 48,
-                min_hits: 1,
-            },
-            "ngram-mod" => Strategy::NgramMod { n: 12 },
-            "ngram-cache" => Strategy::NgramCache {
-                static_cache: None,
-                dynamic_cache: None,
-            },
-            "ngram-cache-live" => Strategy::NgramCacheLive {
-                static_cache: None,
-                dynamic_cache: None,
-            },
-            "recall" => Strategy::Recall {
-                threshold_permille: RECALL_DEFAULT_PERMILLE,
-            },
-            _ => return None,
-        })
+        STRATEGIES
+            .iter()
+            .find(|row| row.name == name)
+            .map(|row| (row.default)())
     }
 
     /// Checks every parameter against its allowed range.
@@ -202,29 +336,44 @@ impl Strategy {
     ///
     /// [`Error::OutOfRange`] naming the first parameter outside its range.
     pub fn validate(&self) -> Result<(), Error> {
-        let ctx = self.name();
-        let ngram = |field, value: usize| range(ctx, field, value, 1, MAX_NGRAM);
-        match *self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                ngram("n", n)?;
-                ngram("m", m)
-            }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                ngram("n", n)?;
-                ngram("m", m)?;
-                range(ctx, "min_hits", min_hits, 0, MAX_MIN_HITS)
-            }
-            Strategy::NgramMod { n } => ngram("n", n),
+        let context = self.name();
+        let mut copy = self.clone();
+        copy.params().into_iter().try_for_each(|param| match param {
+            Param::Number {
+                key,
+                value,
+                min,
+                max,
+            } => range(context, key, *value, min, max),
             // Cache files are checked when the drafter is built.
-            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => Ok(()),
-            Strategy::Recall { threshold_permille } => {
-                range(ctx, "threshold_permille", threshold_permille, 1, 999)
-            }
-        }
+            Param::File { .. } => Ok(()),
+        })
     }
 
-    fn paths(&mut self) -> Option<(&mut Option<PathBuf>, &mut Option<PathBuf>)> {
+    /// Every parameter with its key and allowed range: the one place a
+    /// variant's fields are listed (parsing, printing, validation, serde).
+    fn params(&mut self) -> Vec<Param<'_>> {
+        let ngram = |key, value| Param::Number {
+            key,
+            value,
+            min: 1,
+            max: MAX_NGRAM,
+        };
         match self {
+            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
+                vec![ngram("n", n), ngram("m", m)]
+            }
+            Strategy::NgramMapK4v { n, m, min_hits } => vec![
+                ngram("n", n),
+                ngram("m", m),
+                Param::Number {
+                    key: "min_hits",
+                    value: min_hits,
+                    min: 0,
+                    max: MAX_MIN_HITS,
+                },
+            ],
+            Strategy::NgramMod { n } => vec![ngram("n", n)],
             Strategy::NgramCache {
                 static_cache,
                 dynamic_cache,
@@ -232,26 +381,48 @@ impl Strategy {
             | Strategy::NgramCacheLive {
                 static_cache,
                 dynamic_cache,
-            } => Some((static_cache, dynamic_cache)),
-            _ => None,
+            } => vec![
+                Param::File {
+                    key: "static_cache",
+                    alias: "static",
+                    value: static_cache,
+                },
+                Param::File {
+                    key: "dynamic_cache",
+                    alias: "dynamic",
+                    value: dynamic_cache,
+                },
+            ],
+            Strategy::Recall { threshold_permille } => vec![Param::Number {
+                key: "threshold_permille",
+                value: threshold_permille,
+                min: 1,
+                max: 999,
+            }],
         }
     }
 
-    fn params(&mut self) -> Vec<(&'static str, &mut usize)> {
-        match self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                vec![("n", n), ("m", m)]
-            }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                vec![("n", n), ("m", m), ("min_hits", min_hits)]
-            }
-            Strategy::NgramMod { n } => vec![("n", n)],
-            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => vec![],
-            Strategy::Recall { threshold_permille } => {
-                vec![("threshold_permille", threshold_permille)]
-            }
+    /// Sets the parameter `key` from `text` (`Err`: what is wrong, for [`Error::ParseStrategy`]).
+    fn set(&mut self, key: &str, text: &str) -> Result<(), String> {
+        let name = self.name();
+        let mut params = self.params();
+        let takes = || {
+            let usage: Vec<String> = params.iter().map(Param::usage).collect();
+            usage.join(", ")
+        };
+        match params.iter().position(|p| p.answers_to(key)) {
+            Some(i) => params[i].set(key, text),
+            None => Err(format!(
+                "unknown parameter `{key}`; {name} takes {}",
+                takes()
+            )),
         }
     }
+}
+
+/// The names of [`STRATEGIES`], comma-separated (for error messages).
+pub(crate) fn strategy_names() -> String {
+    Strategy::names().collect::<Vec<_>>().join(", ")
 }
 
 fn range(
@@ -277,44 +448,28 @@ fn range(
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
-        match *self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                write!(f, ":n={n},m={m}")
+        let mut sep = ':';
+        let mut copy = self.clone();
+        for param in copy.params() {
+            match &param {
+                Param::Number { value, .. } => write!(f, "{sep}{}={value}", param.key())?,
+                Param::File {
+                    value: Some(path), ..
+                } => write!(f, "{sep}{}={}", param.key(), path.display())?,
+                Param::File { value: None, .. } => continue,
             }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                write!(f, ":n={n},m={m},min_hits={min_hits}")
-            }
-            Strategy::NgramMod { n } => write!(f, ":n={n}"),
-            Strategy::NgramCache {
-                ref static_cache,
-                ref dynamic_cache,
-            }
-            | Strategy::NgramCacheLive {
-                ref static_cache,
-                ref dynamic_cache,
-            } => {
-                let mut sep = ':';
-                for (key, path) in [("static", static_cache), ("dynamic", dynamic_cache)] {
-                    if let Some(path) = path {
-                        write!(f, "{sep}{key}={}", path.display())?;
-                        sep = ',';
-                    }
-                }
-                Ok(())
-            }
-            Strategy::Recall { threshold_permille } => {
-                write!(f, ":threshold_permille={threshold_permille}")
-            }
+            sep = ',';
         }
+        Ok(())
     }
 }
 
 impl FromStr for Strategy {
     type Err = Error;
 
-    /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`;
-    /// `static`, `dynamic` for cache file paths of `ngram-cache`; unset keys
-    /// keep llama.cpp's defaults), then validates the result.
+    /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`,
+    /// `threshold_permille`; `static`, `dynamic` for cache file paths of
+    /// `ngram-cache`; unset keys keep llama.cpp's defaults), then validates the result.
     fn from_str(input: &str) -> Result<Self, Error> {
         let input = input.trim();
         let (name, params) = match input.split_once(':') {
@@ -332,34 +487,7 @@ impl FromStr for Strategy {
             let (key, value) = pair
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{pair}` is not of the form key=value")))?;
-            let (key, value) = (key.trim(), value.trim());
-            if let Some((static_cache, dynamic_cache)) = strategy.paths() {
-                let slot = match key {
-                    "static" | "static_cache" => static_cache,
-                    "dynamic" | "dynamic_cache" => dynamic_cache,
-                    _ => {
-                        return Err(bad(format!(
-                            "unknown parameter `{key}`; {name} takes static=PATH, dynamic=PATH"
-                        )))
-                    }
-                };
-                if value.is_empty() {
-                    return Err(bad(format!("`{key}` needs a file path")));
-                }
-                *slot = Some(PathBuf::from(value));
-                continue;
-            }
-            let mut fields = strategy.params();
-            let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
-            let slot = fields.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {
-                bad(format!(
-                    "unknown parameter `{key}`; {name} takes {}",
-                    names.join(", ")
-                ))
-            })?;
-            *slot.1 = value
-                .parse()
-                .map_err(|_| bad(format!("`{key}` = `{value}` is not a non-negative integer")))?;
+            strategy.set(key.trim(), value.trim()).map_err(bad)?;
         }
         strategy.validate()?;
         Ok(strategy)
@@ -404,7 +532,7 @@ pub struct Config {
     pub draft_max: usize,
     /// Drafts shorter than this are dropped and the next strategy is asked
     /// (`--draft-min`, default 0).
-    #[cfg_attr(feature = "serde", serde(default))]
+    #[cfg_attr(feature = "serde", serde(default = "serde_defaults::draft_min"))]
     pub draft_min: usize,
     /// Cells of the ngram-mod pool (8 bytes each; default 4 Mi, llama.cpp's size).
     #[cfg_attr(feature = "serde", serde(default = "serde_defaults::pool_size"))]
@@ -412,12 +540,17 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// ngram-simple (n = 12, m = 48) alone, `draft_max` 16, `draft_min` 0, a 4 Mi-cell pool.
+    /// ngram-simple (n = 12, m = 48) alone, the default [`DraftLimits`]
+    /// (`draft_max` 16, `draft_min` 0), a 4 Mi-cell pool.
     fn default() -> Self {
+        let limits = DraftLimits::default();
         Config {
-            strategies: vec![Strategy::NgramSimple { n: 12, m: 48 }],
-            draft_max: 16,
-            draft_min: 0,
+            strategies: vec![Strategy::NgramSimple {
+                n: DEFAULT_N,
+                m: DEFAULT_M,
+            }],
+            draft_max: limits.max,
+            draft_min: limits.min,
             pool_size: DEFAULT_POOL_SIZE,
         }
     }
@@ -490,7 +623,16 @@ impl Config {
         self
     }
 
-    /// Checks the limits, the pool size and every strategy.
+    /// `draft_min` and `draft_max` as the [`DraftLimits`] every draft call gets.
+    #[must_use]
+    pub fn limits(&self) -> DraftLimits {
+        DraftLimits {
+            min: self.draft_min,
+            max: self.draft_max,
+        }
+    }
+
+    /// Checks the limits ([`DraftLimits::validate`]), the pool size and every strategy.
     ///
     /// # Errors
     ///
@@ -500,14 +642,8 @@ impl Config {
         if self.strategies.is_empty() {
             return Err(Error::EmptyChain);
         }
-        range("config", "draft_max", self.draft_max, 1, MAX_DRAFT)?;
-        if self.draft_min > self.draft_max {
-            return Err(Error::DraftMinAboveMax {
-                draft_min: self.draft_min,
-                draft_max: self.draft_max,
-            });
-        }
-        range("config", "pool_size", self.pool_size, 1, MAX_POOL_SIZE)?;
+        self.limits().validate()?;
+        check_pool_size("config", self.pool_size)?;
         self.strategies.iter().try_for_each(Strategy::validate)
     }
 }
@@ -517,19 +653,22 @@ impl Config {
 #[cfg(feature = "serde")]
 mod serde_defaults {
     pub fn draft_max() -> usize {
-        16
+        crate::DraftLimits::default().max
+    }
+    pub fn draft_min() -> usize {
+        crate::DraftLimits::default().min
     }
     pub fn pool_size() -> usize {
         super::DEFAULT_POOL_SIZE
     }
     pub fn n() -> usize {
-        12
+        super::DEFAULT_N
     }
     pub fn m() -> usize {
-        48
+        super::DEFAULT_M
     }
     pub fn min_hits() -> usize {
-        1
+        super::DEFAULT_MIN_HITS
     }
     pub fn threshold_permille() -> usize {
         super::RECALL_DEFAULT_PERMILLE

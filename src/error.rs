@@ -33,7 +33,10 @@ pub enum Error {
     #[error("config: `strategies` is empty; configure at least one strategy (e.g. ngram-simple)")]
     EmptyChain,
     /// A strategy name that does not exist.
-    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-cache-live, recall")]
+    #[error(
+        "unknown strategy `{name}`; expected one of: {}",
+        crate::config::strategy_names()
+    )]
     UnknownStrategy {
         /// The name given.
         name: String,
