@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::Error;
+use crate::{DraftLimits, Error};
 
 /// Largest key or value size (`n`, `m`) a strategy accepts.
 ///
@@ -17,6 +17,13 @@ pub const MAX_DRAFT: usize = 4096;
 
 /// Largest ngram-mod pool, in cells (8 bytes each: 16 GiB).
 pub const MAX_POOL_SIZE: usize = 1 << 31;
+
+/// Checks a pool size against `1..=MAX_POOL_SIZE` (the one check of it, used
+/// by [`Config::validate`] and [`NgramPool::new`](crate::NgramPool::new));
+/// `context` names where the size came from.
+pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
+    range(context, "pool_size", size, 1, MAX_POOL_SIZE)
+}
 
 /// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
 pub const MAX_MIN_HITS: usize = 16380;
@@ -72,8 +79,6 @@ pub const RECALL_DEFAULT_PERMILLE: usize = crate::strategies::DEFAULT_THRESHOLD_
 /// cache files (`static_cache` / `dynamic_cache`, or `static` / `dynamic`).
 /// Both forms are validated ([`Strategy::validate`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-#[cfg_attr(feature = "serde", serde(tag = "type", rename_all = "kebab-case"))]
 #[non_exhaustive]
 pub enum Strategy {
     /// Copy the `m` tokens that followed the most recent earlier occurrence of the
@@ -138,33 +143,186 @@ pub enum Strategy {
     },
 }
 
+/// llama.cpp's default key size `n` (ngram-simple, both maps, ngram-mod).
+const DEFAULT_N: usize = 12;
+/// llama.cpp's default value size `m` (ngram-simple, both maps).
+const DEFAULT_M: usize = 48;
+/// llama.cpp's default `min_hits` (ngram-map-k4v).
+const DEFAULT_MIN_HITS: usize = 1;
+
+/// One strategy's names and defaults: a row of [`STRATEGIES`].
+struct Row {
+    /// The command-line name (`--spec-type`, [`Strategy::name`]).
+    name: &'static str,
+    /// The name in statistics lines ([`Strategy::stats_name`]).
+    stats_name: &'static str,
+    /// What the bare name parses to ([`Strategy::from_name`]).
+    default: fn() -> Strategy,
+}
+
+/// The one table of strategies: names, statistics names and defaults.
+/// [`Strategy::name`], [`Strategy::stats_name`], [`Strategy::from_name`],
+/// [`Strategy::names`], `FromStr`, serde and the [`Error::UnknownStrategy`]
+/// message all read it. A variant's row is found by its discriminant.
+const STRATEGIES: &[Row] = &[
+    Row {
+        name: "ngram-simple",
+        stats_name: "ngram_simple",
+        default: || Strategy::NgramSimple {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+        },
+    },
+    Row {
+        name: "ngram-map-k",
+        stats_name: "ngram_map_k",
+        default: || Strategy::NgramMapK {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+        },
+    },
+    Row {
+        name: "ngram-map-k4v",
+        stats_name: "ngram_map_k4v",
+        default: || Strategy::NgramMapK4v {
+            n: DEFAULT_N,
+            m: DEFAULT_M,
+            min_hits: DEFAULT_MIN_HITS,
+        },
+    },
+    Row {
+        name: "ngram-mod",
+        stats_name: "ngram_mod",
+        default: || Strategy::NgramMod { n: DEFAULT_N },
+    },
+    Row {
+        name: "ngram-cache",
+        stats_name: "ngram_cache",
+        default: || Strategy::NgramCache {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+    },
+    Row {
+        name: "ngram-cache-live",
+        stats_name: "ngram_cache_live",
+        default: || Strategy::NgramCacheLive {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+    },
+    Row {
+        name: "recall",
+        stats_name: "recall",
+        default: || Strategy::Recall {
+            threshold_permille: RECALL_DEFAULT_PERMILLE,
+        },
+    },
+];
+
+/// One parameter of a strategy, as strings, configuration files, printing
+/// and validation see it.
+enum Param<'a> {
+    /// A number in `min..=max` (`key=12`).
+    Number {
+        key: &'static str,
+        value: &'a mut usize,
+        min: usize,
+        max: usize,
+    },
+    /// An optional file path (`static=PATH`; `key` or its short `alias`).
+    File {
+        key: &'static str,
+        alias: &'static str,
+        value: &'a mut Option<PathBuf>,
+    },
+}
+
+impl Param<'_> {
+    /// The field's full name (the key configuration files write).
+    #[cfg(feature = "serde")]
+    fn field(&self) -> &'static str {
+        match self {
+            Param::Number { key, .. } | Param::File { key, .. } => key,
+        }
+    }
+
+    /// The key strings and files name it by (the short alias for files, as printed).
+    fn key(&self) -> &'static str {
+        match self {
+            Param::Number { key, .. } => key,
+            Param::File { alias, .. } => alias,
+        }
+    }
+
+    fn answers_to(&self, name: &str) -> bool {
+        match self {
+            Param::Number { key, .. } => *key == name,
+            Param::File { key, alias, .. } => *key == name || *alias == name,
+        }
+    }
+
+    /// How an error message lists it (`n`, `static=PATH`).
+    fn usage(&self) -> String {
+        match self {
+            Param::Number { key, .. } => (*key).to_string(),
+            Param::File { alias, .. } => format!("{alias}=PATH"),
+        }
+    }
+
+    /// Sets it from the text after `key=` (`Err`: what is wrong).
+    fn set(&mut self, key: &str, text: &str) -> Result<(), String> {
+        match self {
+            Param::Number { value, .. } => {
+                **value = text
+                    .parse()
+                    .map_err(|_| format!("`{key}` = `{text}` is not a non-negative integer"))?;
+            }
+            Param::File { value, .. } => {
+                if text.is_empty() {
+                    return Err(format!("`{key}` needs a file path"));
+                }
+                **value = Some(PathBuf::from(text));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Strategy {
-    /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`.
+    /// The row of [`STRATEGIES`] for this variant.
+    fn row(&self) -> &'static Row {
+        let variant = std::mem::discriminant(self);
+        STRATEGIES
+            .iter()
+            .find(|row| std::mem::discriminant(&(row.default)()) == variant)
+            .expect("every Strategy variant has a row in STRATEGIES")
+    }
+
+    /// The command-line name: `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, ...
     #[must_use]
     pub fn name(&self) -> &'static str {
-        match self {
-            Strategy::NgramSimple { .. } => "ngram-simple",
-            Strategy::NgramMapK { .. } => "ngram-map-k",
-            Strategy::NgramMapK4v { .. } => "ngram-map-k4v",
-            Strategy::NgramMod { .. } => "ngram-mod",
-            Strategy::NgramCache { .. } => "ngram-cache",
-            Strategy::NgramCacheLive { .. } => "ngram-cache-live",
-            Strategy::Recall { .. } => "recall",
-        }
+        self.row().name
     }
 
     /// The name in statistics lines: `ngram_simple`, `ngram_map_k`, ...
     #[must_use]
     pub fn stats_name(&self) -> &'static str {
-        match self {
-            Strategy::NgramSimple { .. } => "ngram_simple",
-            Strategy::NgramMapK { .. } => "ngram_map_k",
-            Strategy::NgramMapK4v { .. } => "ngram_map_k4v",
-            Strategy::NgramMod { .. } => "ngram_mod",
-            Strategy::NgramCache { .. } => "ngram_cache",
-            Strategy::NgramCacheLive { .. } => "ngram_cache_live",
-            Strategy::Recall { .. } => "recall",
-        }
+        self.row().stats_name
+    }
+
+    /// Every strategy's command-line name, in the order of the variants.
+    ///
+    /// ```
+    /// use selfspec::Strategy;
+    ///
+    /// let names: Vec<&str> = Strategy::names().collect();
+    /// assert_eq!(names[..4], ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]);
+    /// assert!(names.iter().all(|name| Strategy::from_name(name).is_some()));
+    /// ```
+    #[must_use]
+    pub fn names() -> impl ExactSizeIterator<Item = &'static str> + Clone {
+        STRATEGIES.iter().map(|row| row.name)
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
@@ -172,28 +330,10 @@ impl Strategy {
     /// for an unknown name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {
-        Some(match name {
-            "ngram-simple" => Strategy::NgramSimple { n: 12, m: 48 },
-            "ngram-map-k" => Strategy::NgramMapK { n: 12, m: 48 },
-            "ngram-map-k4v" => Strategy::NgramMapK4v {
-                n: 12,
-                m: 48,
-                min_hits: 1,
-            },
-            "ngram-mod" => Strategy::NgramMod { n: 12 },
-            "ngram-cache" => Strategy::NgramCache {
-                static_cache: None,
-                dynamic_cache: None,
-            },
-            "ngram-cache-live" => Strategy::NgramCacheLive {
-                static_cache: None,
-                dynamic_cache: None,
-            },
-            "recall" => Strategy::Recall {
-                threshold_permille: RECALL_DEFAULT_PERMILLE,
-            },
-            _ => return None,
-        })
+        STRATEGIES
+            .iter()
+            .find(|row| row.name == name)
+            .map(|row| (row.default)())
     }
 
     /// Checks every parameter against its allowed range.
@@ -202,29 +342,44 @@ impl Strategy {
     ///
     /// [`Error::OutOfRange`] naming the first parameter outside its range.
     pub fn validate(&self) -> Result<(), Error> {
-        let ctx = self.name();
-        let ngram = |field, value: usize| range(ctx, field, value, 1, MAX_NGRAM);
-        match *self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                ngram("n", n)?;
-                ngram("m", m)
-            }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                ngram("n", n)?;
-                ngram("m", m)?;
-                range(ctx, "min_hits", min_hits, 0, MAX_MIN_HITS)
-            }
-            Strategy::NgramMod { n } => ngram("n", n),
+        let context = self.name();
+        let mut copy = self.clone();
+        copy.params().into_iter().try_for_each(|param| match param {
+            Param::Number {
+                key,
+                value,
+                min,
+                max,
+            } => range(context, key, *value, min, max),
             // Cache files are checked when the drafter is built.
-            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => Ok(()),
-            Strategy::Recall { threshold_permille } => {
-                range(ctx, "threshold_permille", threshold_permille, 1, 999)
-            }
-        }
+            Param::File { .. } => Ok(()),
+        })
     }
 
-    fn paths(&mut self) -> Option<(&mut Option<PathBuf>, &mut Option<PathBuf>)> {
+    /// Every parameter with its key and allowed range: the one place a
+    /// variant's fields are listed (parsing, printing, validation, serde).
+    fn params(&mut self) -> Vec<Param<'_>> {
+        let ngram = |key, value| Param::Number {
+            key,
+            value,
+            min: 1,
+            max: MAX_NGRAM,
+        };
         match self {
+            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
+                vec![ngram("n", n), ngram("m", m)]
+            }
+            Strategy::NgramMapK4v { n, m, min_hits } => vec![
+                ngram("n", n),
+                ngram("m", m),
+                Param::Number {
+                    key: "min_hits",
+                    value: min_hits,
+                    min: 0,
+                    max: MAX_MIN_HITS,
+                },
+            ],
+            Strategy::NgramMod { n } => vec![ngram("n", n)],
             Strategy::NgramCache {
                 static_cache,
                 dynamic_cache,
@@ -232,26 +387,48 @@ impl Strategy {
             | Strategy::NgramCacheLive {
                 static_cache,
                 dynamic_cache,
-            } => Some((static_cache, dynamic_cache)),
-            _ => None,
+            } => vec![
+                Param::File {
+                    key: "static_cache",
+                    alias: "static",
+                    value: static_cache,
+                },
+                Param::File {
+                    key: "dynamic_cache",
+                    alias: "dynamic",
+                    value: dynamic_cache,
+                },
+            ],
+            Strategy::Recall { threshold_permille } => vec![Param::Number {
+                key: "threshold_permille",
+                value: threshold_permille,
+                min: 1,
+                max: 999,
+            }],
         }
     }
 
-    fn params(&mut self) -> Vec<(&'static str, &mut usize)> {
-        match self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                vec![("n", n), ("m", m)]
-            }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                vec![("n", n), ("m", m), ("min_hits", min_hits)]
-            }
-            Strategy::NgramMod { n } => vec![("n", n)],
-            Strategy::NgramCache { .. } | Strategy::NgramCacheLive { .. } => vec![],
-            Strategy::Recall { threshold_permille } => {
-                vec![("threshold_permille", threshold_permille)]
-            }
+    /// Sets the parameter `key` from `text` (`Err`: what is wrong, for [`Error::ParseStrategy`]).
+    fn set(&mut self, key: &str, text: &str) -> Result<(), String> {
+        let name = self.name();
+        let mut params = self.params();
+        let takes = || {
+            let usage: Vec<String> = params.iter().map(Param::usage).collect();
+            usage.join(", ")
+        };
+        match params.iter().position(|p| p.answers_to(key)) {
+            Some(i) => params[i].set(key, text),
+            None => Err(format!(
+                "unknown parameter `{key}`; {name} takes {}",
+                takes()
+            )),
         }
     }
+}
+
+/// The names of [`STRATEGIES`], comma-separated (for error messages).
+pub(crate) fn strategy_names() -> String {
+    Strategy::names().collect::<Vec<_>>().join(", ")
 }
 
 fn range(
@@ -277,44 +454,28 @@ fn range(
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
-        match *self {
-            Strategy::NgramSimple { n, m } | Strategy::NgramMapK { n, m } => {
-                write!(f, ":n={n},m={m}")
+        let mut sep = ':';
+        let mut copy = self.clone();
+        for param in copy.params() {
+            match &param {
+                Param::Number { value, .. } => write!(f, "{sep}{}={value}", param.key())?,
+                Param::File {
+                    value: Some(path), ..
+                } => write!(f, "{sep}{}={}", param.key(), path.display())?,
+                Param::File { value: None, .. } => continue,
             }
-            Strategy::NgramMapK4v { n, m, min_hits } => {
-                write!(f, ":n={n},m={m},min_hits={min_hits}")
-            }
-            Strategy::NgramMod { n } => write!(f, ":n={n}"),
-            Strategy::NgramCache {
-                ref static_cache,
-                ref dynamic_cache,
-            }
-            | Strategy::NgramCacheLive {
-                ref static_cache,
-                ref dynamic_cache,
-            } => {
-                let mut sep = ':';
-                for (key, path) in [("static", static_cache), ("dynamic", dynamic_cache)] {
-                    if let Some(path) = path {
-                        write!(f, "{sep}{key}={}", path.display())?;
-                        sep = ',';
-                    }
-                }
-                Ok(())
-            }
-            Strategy::Recall { threshold_permille } => {
-                write!(f, ":threshold_permille={threshold_permille}")
-            }
+            sep = ',';
         }
+        Ok(())
     }
 }
 
 impl FromStr for Strategy {
     type Err = Error;
 
-    /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`;
-    /// `static`, `dynamic` for cache file paths of `ngram-cache`; unset keys
-    /// keep llama.cpp's defaults), then validates the result.
+    /// Parses `name` or `name:key=value,key=value` (keys `n`, `m`, `min_hits`,
+    /// `threshold_permille`; `static`, `dynamic` for cache file paths of
+    /// `ngram-cache`; unset keys keep llama.cpp's defaults), then validates the result.
     fn from_str(input: &str) -> Result<Self, Error> {
         let input = input.trim();
         let (name, params) = match input.split_once(':') {
@@ -332,34 +493,7 @@ impl FromStr for Strategy {
             let (key, value) = pair
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{pair}` is not of the form key=value")))?;
-            let (key, value) = (key.trim(), value.trim());
-            if let Some((static_cache, dynamic_cache)) = strategy.paths() {
-                let slot = match key {
-                    "static" | "static_cache" => static_cache,
-                    "dynamic" | "dynamic_cache" => dynamic_cache,
-                    _ => {
-                        return Err(bad(format!(
-                            "unknown parameter `{key}`; {name} takes static=PATH, dynamic=PATH"
-                        )))
-                    }
-                };
-                if value.is_empty() {
-                    return Err(bad(format!("`{key}` needs a file path")));
-                }
-                *slot = Some(PathBuf::from(value));
-                continue;
-            }
-            let mut fields = strategy.params();
-            let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
-            let slot = fields.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {
-                bad(format!(
-                    "unknown parameter `{key}`; {name} takes {}",
-                    names.join(", ")
-                ))
-            })?;
-            *slot.1 = value
-                .parse()
-                .map_err(|_| bad(format!("`{key}` = `{value}` is not a non-negative integer")))?;
+            strategy.set(key.trim(), value.trim()).map_err(bad)?;
         }
         strategy.validate()?;
         Ok(strategy)
@@ -404,7 +538,7 @@ pub struct Config {
     pub draft_max: usize,
     /// Drafts shorter than this are dropped and the next strategy is asked
     /// (`--draft-min`, default 0).
-    #[cfg_attr(feature = "serde", serde(default))]
+    #[cfg_attr(feature = "serde", serde(default = "serde_defaults::draft_min"))]
     pub draft_min: usize,
     /// Cells of the ngram-mod pool (8 bytes each; default 4 Mi, llama.cpp's size).
     #[cfg_attr(feature = "serde", serde(default = "serde_defaults::pool_size"))]
@@ -412,12 +546,17 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// ngram-simple (n = 12, m = 48) alone, `draft_max` 16, `draft_min` 0, a 4 Mi-cell pool.
+    /// ngram-simple (n = 12, m = 48) alone, the default [`DraftLimits`]
+    /// (`draft_max` 16, `draft_min` 0), a 4 Mi-cell pool.
     fn default() -> Self {
+        let limits = DraftLimits::default();
         Config {
-            strategies: vec![Strategy::NgramSimple { n: 12, m: 48 }],
-            draft_max: 16,
-            draft_min: 0,
+            strategies: vec![Strategy::NgramSimple {
+                n: DEFAULT_N,
+                m: DEFAULT_M,
+            }],
+            draft_max: limits.max,
+            draft_min: limits.min,
             pool_size: DEFAULT_POOL_SIZE,
         }
     }
@@ -490,7 +629,16 @@ impl Config {
         self
     }
 
-    /// Checks the limits, the pool size and every strategy.
+    /// `draft_min` and `draft_max` as the [`DraftLimits`] every draft call gets.
+    #[must_use]
+    pub fn limits(&self) -> DraftLimits {
+        DraftLimits {
+            min: self.draft_min,
+            max: self.draft_max,
+        }
+    }
+
+    /// Checks the limits ([`DraftLimits::validate`]), the pool size and every strategy.
     ///
     /// # Errors
     ///
@@ -500,124 +648,126 @@ impl Config {
         if self.strategies.is_empty() {
             return Err(Error::EmptyChain);
         }
-        range("config", "draft_max", self.draft_max, 1, MAX_DRAFT)?;
-        if self.draft_min > self.draft_max {
-            return Err(Error::DraftMinAboveMax {
-                draft_min: self.draft_min,
-                draft_max: self.draft_max,
-            });
-        }
-        range("config", "pool_size", self.pool_size, 1, MAX_POOL_SIZE)?;
+        self.limits().validate()?;
+        check_pool_size("config", self.pool_size)?;
         self.strategies.iter().try_for_each(Strategy::validate)
     }
 }
 
-/// Defaults of the fields a configuration file may leave out (as in
-/// [`Config::default`] and [`Strategy::from_name`]).
+/// Defaults of the `Config` fields a configuration file may leave out (those
+/// of [`Config::default`]; a strategy's left-out parameters keep
+/// [`Strategy::from_name`]'s defaults, from the table of strategies).
 #[cfg(feature = "serde")]
 mod serde_defaults {
     pub fn draft_max() -> usize {
-        16
+        crate::DraftLimits::default().max
+    }
+    pub fn draft_min() -> usize {
+        crate::DraftLimits::default().min
     }
     pub fn pool_size() -> usize {
         super::DEFAULT_POOL_SIZE
     }
-    pub fn n() -> usize {
-        12
-    }
-    pub fn m() -> usize {
-        48
-    }
-    pub fn min_hits() -> usize {
-        1
-    }
-    pub fn threshold_permille() -> usize {
-        super::RECALL_DEFAULT_PERMILLE
-    }
 }
 
-/// `Strategy` from a `FromStr` string or the strict tagged form.
+/// `Strategy` in configuration files: written as the tagged form, read from
+/// a `FromStr` string or the strict tagged form. Both go through the table
+/// of strategies and [`Strategy::params`], as `FromStr` and `Display` do.
 #[cfg(feature = "serde")]
 mod serde_strategy {
     use std::fmt;
-    use std::path::PathBuf;
 
-    use serde::de::{self, MapAccess, Visitor};
-    use serde::Deserialize;
+    use serde::de::{self, MapAccess, Unexpected, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    use super::serde_defaults as d;
-    use super::Strategy;
+    use super::{Param, Strategy};
 
-    /// The tagged form, with `FromStr`'s defaults and no unknown keys.
-    #[derive(Deserialize)]
-    #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
-    enum Tagged {
-        NgramSimple {
-            #[serde(default = "d::n")]
-            n: usize,
-            #[serde(default = "d::m")]
-            m: usize,
-        },
-        NgramMapK {
-            #[serde(default = "d::n")]
-            n: usize,
-            #[serde(default = "d::m")]
-            m: usize,
-        },
-        NgramMapK4v {
-            #[serde(default = "d::n")]
-            n: usize,
-            #[serde(default = "d::m")]
-            m: usize,
-            #[serde(default = "d::min_hits")]
-            min_hits: usize,
-        },
-        NgramMod {
-            #[serde(default = "d::n")]
-            n: usize,
-        },
-        NgramCache {
-            #[serde(default, alias = "static")]
-            static_cache: Option<PathBuf>,
-            #[serde(default, alias = "dynamic")]
-            dynamic_cache: Option<PathBuf>,
-        },
-        NgramCacheLive {
-            #[serde(default, alias = "static")]
-            static_cache: Option<PathBuf>,
-            #[serde(default, alias = "dynamic")]
-            dynamic_cache: Option<PathBuf>,
-        },
-        Recall {
-            #[serde(default = "d::threshold_permille")]
-            threshold_permille: usize,
-        },
+    impl Serialize for Strategy {
+        /// `{"type": NAME, key: value, ...}`; every parameter is written
+        /// (cache files as `null` when unset).
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut copy = self.clone();
+            let params = copy.params();
+            let mut map = serializer.serialize_map(Some(params.len() + 1))?;
+            map.serialize_entry("type", self.name())?;
+            for param in params {
+                match param {
+                    Param::Number { key, value, .. } => map.serialize_entry(key, value)?,
+                    Param::File { key, value, .. } => map.serialize_entry(key, value)?,
+                }
+            }
+            map.end()
+        }
     }
 
-    impl From<Tagged> for Strategy {
-        fn from(t: Tagged) -> Strategy {
-            match t {
-                Tagged::NgramSimple { n, m } => Strategy::NgramSimple { n, m },
-                Tagged::NgramMapK { n, m } => Strategy::NgramMapK { n, m },
-                Tagged::NgramMapK4v { n, m, min_hits } => Strategy::NgramMapK4v { n, m, min_hits },
-                Tagged::NgramMod { n } => Strategy::NgramMod { n },
-                Tagged::NgramCache {
-                    static_cache,
-                    dynamic_cache,
-                } => Strategy::NgramCache {
-                    static_cache,
-                    dynamic_cache,
-                },
-                Tagged::NgramCacheLive {
-                    static_cache,
-                    dynamic_cache,
-                } => Strategy::NgramCacheLive {
-                    static_cache,
-                    dynamic_cache,
-                },
-                Tagged::Recall { threshold_permille } => Strategy::Recall { threshold_permille },
+    /// A parameter's value in the tagged form.
+    enum Value {
+        Number(usize),
+        Text(String),
+        Null,
+    }
+
+    impl Value {
+        fn unexpected(&self) -> Unexpected<'_> {
+            match self {
+                Value::Number(n) => Unexpected::Unsigned(*n as u64),
+                Value::Text(t) => Unexpected::Str(t),
+                Value::Null => Unexpected::Unit,
             }
         }
+    }
+
+    impl<'de> Deserialize<'de> for Value {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+            deserializer.deserialize_any(ValueVisitor)
+        }
+    }
+
+    struct ValueVisitor;
+
+    impl<'de> Visitor<'de> for ValueVisitor {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a non-negative integer, a file path or null")
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            usize::try_from(v)
+                .map(Value::Number)
+                .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            u64::try_from(v)
+                .map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+                .and_then(|v| self.visit_u64(v))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::Text(v.to_string()))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    /// `` `a`, `b` `` for serde-style messages.
+    fn quoted(names: impl Iterator<Item = &'static str>) -> String {
+        names
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     struct StrategyVisitor;
@@ -636,16 +786,81 @@ mod serde_strategy {
             v.parse().map_err(E::custom)
         }
 
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Strategy, A::Error> {
-            let tagged = Tagged::deserialize(de::value::MapAccessDeserializer::new(map))?;
-            let strategy = Strategy::from(tagged);
+        /// The tagged form: `type` and the strategy's own keys, each at most
+        /// once; left-out parameters keep [`Strategy::from_name`]'s defaults.
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strategy, A::Error> {
+            let mut name: Option<String> = None;
+            let mut values: Vec<(String, Value)> = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "type" {
+                    if name.is_some() {
+                        return Err(de::Error::duplicate_field("type"));
+                    }
+                    name = Some(map.next_value()?);
+                } else {
+                    values.push((key, map.next_value()?));
+                }
+            }
+            let name = name.ok_or_else(|| de::Error::missing_field("type"))?;
+            let mut strategy = Strategy::from_name(&name).ok_or_else(|| {
+                de::Error::custom(format_args!(
+                    "unknown variant `{name}`, expected one of {}",
+                    quoted(Strategy::names())
+                ))
+            })?;
+            let mut params = strategy.params();
+            let mut seen: Vec<&'static str> = Vec::new();
+            for (key, value) in values {
+                let Some(param) = params.iter_mut().find(|p| p.answers_to(&key)) else {
+                    let keys = quoted(strategy_keys(&name));
+                    return Err(de::Error::custom(format_args!(
+                        "unknown field `{key}`, expected {keys}"
+                    )));
+                };
+                let field = param.field();
+                if seen.contains(&field) {
+                    return Err(de::Error::duplicate_field(field));
+                }
+                seen.push(field);
+                match (param, value) {
+                    (Param::Number { value, .. }, Value::Number(n)) => **value = n,
+                    (Param::File { value, .. }, Value::Text(path)) => {
+                        **value = Some(path.into());
+                    }
+                    (Param::File { value, .. }, Value::Null) => **value = None,
+                    (Param::Number { .. }, other) => {
+                        return Err(de::Error::invalid_type(
+                            other.unexpected(),
+                            &"a non-negative integer",
+                        ))
+                    }
+                    (Param::File { .. }, other) => {
+                        return Err(de::Error::invalid_type(
+                            other.unexpected(),
+                            &"a file path or null",
+                        ))
+                    }
+                }
+            }
+            drop(params);
             strategy.validate().map_err(de::Error::custom)?;
             Ok(strategy)
         }
     }
 
+    /// The tagged form's keys of the strategy called `name`.
+    fn strategy_keys(name: &str) -> impl Iterator<Item = &'static str> {
+        let mut strategy = Strategy::from_name(name);
+        let keys: Vec<&'static str> = strategy
+            .iter_mut()
+            .flat_map(Strategy::params)
+            .map(|p| p.field())
+            .collect();
+        keys.into_iter()
+    }
+
     impl<'de> Deserialize<'de> for Strategy {
-        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Strategy, D::Error> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Strategy, D::Error> {
             deserializer.deserialize_any(StrategyVisitor)
         }
     }

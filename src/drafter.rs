@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use crate::config::{check_range, MAX_DRAFT};
+use crate::Error;
+
 /// A token id, as the engine's tokenizer numbers it.
 ///
 /// Engines whose token type is `i32` (llama.cpp bindings) convert with
@@ -24,9 +27,39 @@ pub struct DraftLimits {
 }
 
 impl Default for DraftLimits {
-    /// llama.cpp's engine defaults: `min = 0`, `max = 16`.
+    /// llama.cpp's engine defaults: `min = 0`, `max = 16` (the one place they
+    /// are written: [`Config::default`](crate::Config::default) and
+    /// configuration files take them from here).
     fn default() -> Self {
         DraftLimits { min: 0, max: 16 }
+    }
+}
+
+impl DraftLimits {
+    /// Checks `1 <= max <= MAX_DRAFT` and `min <= max`: the one check of the
+    /// limits, used by [`Config::validate`](crate::Config::validate) and
+    /// [`Speculative::from_drafters`](crate::Speculative::from_drafters).
+    ///
+    /// ```
+    /// use selfspec::DraftLimits;
+    ///
+    /// assert!(DraftLimits::default().validate().is_ok());
+    /// assert!(DraftLimits { min: 17, max: 16 }.validate().is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] for `max` (reported as `config`'s `draft_max`),
+    /// [`Error::DraftMinAboveMax`] when `min > max`.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_range("config", "draft_max", self.max, 1, MAX_DRAFT)?;
+        if self.min > self.max {
+            return Err(Error::DraftMinAboveMax {
+                draft_min: self.min,
+                draft_max: self.max,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -1,9 +1,17 @@
 //! The crate's one error type.
 
+use std::io;
+use std::sync::Arc;
+
 /// Everything that can go wrong when building a [`Speculative`](crate::Speculative)
 /// or parsing a [`Strategy`](crate::Strategy).
 ///
-/// Messages name the offending field and what is allowed.
+/// Messages name the offending field and what is allowed. File errors carry
+/// a typed problem ([`CacheFileProblem`], [`MemoryFileProblem`],
+/// [`WorkloadProblem`]) as their [`source`](std::error::Error::source); an
+/// I/O failure keeps its [`io::Error`] (shared in an [`Arc`] so that `Error`
+/// stays `Clone`; [`Error::io_error`] reaches it). Errors compare equal when
+/// their fields do, I/O errors by kind and message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -33,32 +41,37 @@ pub enum Error {
     #[error("config: `strategies` is empty; configure at least one strategy (e.g. ngram-simple)")]
     EmptyChain,
     /// A strategy name that does not exist.
-    #[error("unknown strategy `{name}`; expected one of: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, ngram-cache-live, recall")]
+    #[error(
+        "unknown strategy `{name}`; expected one of: {}",
+        crate::config::strategy_names()
+    )]
     UnknownStrategy {
         /// The name given.
         name: String,
     },
     /// A workload file that cannot be read or parsed. Shown as
-    /// `FILE:LINE: reason`, or `FILE: reason` for line 0 (the file itself: an
-    /// I/O error).
-    #[error("{}: {reason}", location(.source_name, *.line))]
+    /// `FILE:LINE: problem`, or `FILE: problem` for line 0 (the file itself:
+    /// an I/O error).
+    #[error("{}: {problem}", location(.source_name, *.line))]
     Workload {
         /// The file (or label) the workload came from.
         source_name: String,
         /// 1-based line of the offending session, 0 for the file as a whole.
         line: usize,
         /// What is wrong.
-        reason: String,
+        #[source]
+        problem: WorkloadProblem,
     },
-    /// A llama.cpp lookup cache file that cannot be read or is malformed.
-    #[error("lookup cache {}: byte {offset}: {reason}", path.display())]
+    /// A llama.cpp lookup cache file that cannot be read, written or parsed.
+    #[error("lookup cache {}: byte {offset}: {problem}", path.display())]
     CacheFile {
         /// The file.
         path: std::path::PathBuf,
         /// Byte offset of the problem (0 for the file as a whole).
         offset: u64,
         /// What is wrong.
-        reason: String,
+        #[source]
+        problem: CacheFileProblem,
     },
     /// A memory file ([`Shared::save`](crate::Shared::save) /
     /// [`Shared::load`](crate::Shared::load)) that cannot be read, written or used.
@@ -69,6 +82,7 @@ pub enum Error {
         /// Byte offset of the problem (0 for the file as a whole).
         offset: u64,
         /// What is wrong.
+        #[source]
         problem: MemoryFileProblem,
     },
     /// A strategy string whose parameters do not parse.
@@ -89,6 +103,137 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The I/O error behind a file error ([`Error::Workload`],
+    /// [`Error::CacheFile`] or [`Error::MemoryFile`] that could not read or
+    /// write its file), if any.
+    ///
+    /// ```
+    /// let e = selfspec::strategies::LookupCache::load("/nonexistent/cache.bin").unwrap_err();
+    /// assert_eq!(e.io_error().map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    /// ```
+    #[must_use]
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            Error::Workload {
+                problem: WorkloadProblem::Io(e),
+                ..
+            }
+            | Error::CacheFile {
+                problem: CacheFileProblem::Io(e),
+                ..
+            }
+            | Error::MemoryFile {
+                problem: MemoryFileProblem::Io(e),
+                ..
+            } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// I/O errors compare by kind and message (`io::Error` has no `PartialEq`).
+fn same_io(a: &io::Error, b: &io::Error) -> bool {
+    a.kind() == b.kind() && a.to_string() == b.to_string()
+}
+
+/// What is wrong with a workload file ([`Error::Workload`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadProblem {
+    /// The file cannot be read.
+    #[error(transparent)]
+    Io(Arc<io::Error>),
+    /// A line is not a session (the JSON parser's message).
+    #[error("{message}")]
+    Parse {
+        /// What the parser says.
+        message: String,
+    },
+}
+
+impl PartialEq for WorkloadProblem {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Io(a), Self::Io(b)) => same_io(a, b),
+            (Self::Parse { message: a }, Self::Parse { message: b }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for WorkloadProblem {}
+
+/// What is wrong with a llama.cpp lookup cache file ([`Error::CacheFile`];
+/// the error's offset says where).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheFileProblem {
+    /// The file cannot be read or written.
+    #[error(transparent)]
+    Io(Arc<io::Error>),
+    /// A record ends after its key, without a follower count.
+    #[error("truncated record: missing follower count")]
+    MissingFollowerCount,
+    /// A follower count that is not positive.
+    #[error("follower count {count}; must be positive")]
+    FollowerCount {
+        /// The count read.
+        count: i32,
+    },
+    /// A record with fewer bytes left than its followers need.
+    #[error("truncated record at {record}: {followers} followers need {need} bytes, {left} left")]
+    Truncated {
+        /// Byte offset of the record.
+        record: u64,
+        /// Followers the record announces.
+        followers: i32,
+        /// Bytes they need.
+        need: u64,
+        /// Bytes left in the file.
+        left: u64,
+    },
+    /// A follower's count that is not positive.
+    #[error("count {count} of token {token}; must be positive")]
+    Count {
+        /// The follower.
+        token: u32,
+        /// Its count.
+        count: i32,
+    },
+}
+
+impl PartialEq for CacheFileProblem {
+    fn eq(&self, other: &Self) -> bool {
+        use CacheFileProblem as P;
+        match (self, other) {
+            (P::Io(a), P::Io(b)) => same_io(a, b),
+            (P::MissingFollowerCount, P::MissingFollowerCount) => true,
+            (P::FollowerCount { count: a }, P::FollowerCount { count: b }) => a == b,
+            (
+                P::Truncated {
+                    record,
+                    followers,
+                    need,
+                    left,
+                },
+                P::Truncated {
+                    record: r,
+                    followers: f,
+                    need: n,
+                    left: l,
+                },
+            ) => (record, followers, need, left) == (r, f, n, l),
+            (P::Count { token, count }, P::Count { token: t, count: c }) => {
+                (token, count) == (t, c)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for CacheFileProblem {}
+
 /// `FILE:LINE`, or `FILE` alone for line 0.
 fn location(source: &str, line: usize) -> String {
     if line == 0 {
@@ -99,17 +244,12 @@ fn location(source: &str, line: usize) -> String {
 }
 
 /// What is wrong with a memory file ([`Error::MemoryFile`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemoryFileProblem {
     /// The file cannot be opened, read or written.
-    #[error("{kind:?}: {message}")]
-    Io {
-        /// The I/O error's kind.
-        kind: std::io::ErrorKind,
-        /// The I/O error's message.
-        message: String,
-    },
+    #[error(transparent)]
+    Io(Arc<io::Error>),
     /// The file is not a selfspec memory file.
     #[error("not a selfspec memory file (no `SELFSPEC` magic)")]
     NotAMemoryFile,
@@ -156,3 +296,50 @@ pub enum MemoryFileProblem {
         what: &'static str,
     },
 }
+
+impl PartialEq for MemoryFileProblem {
+    fn eq(&self, other: &Self) -> bool {
+        use MemoryFileProblem as P;
+        match (self, other) {
+            (P::Io(a), P::Io(b)) => same_io(a, b),
+            (P::NotAMemoryFile, P::NotAMemoryFile) => true,
+            (
+                P::Version { found, supported },
+                P::Version {
+                    found: f,
+                    supported: s,
+                },
+            ) => (found, supported) == (f, s),
+            (
+                P::Truncated { expected, found },
+                P::Truncated {
+                    expected: e,
+                    found: f,
+                },
+            ) => (expected, found) == (e, f),
+            (
+                P::Checksum { stored, computed },
+                P::Checksum {
+                    stored: s,
+                    computed: c,
+                },
+            ) => (stored, computed) == (s, c),
+            (
+                P::Incompatible {
+                    field,
+                    file,
+                    config,
+                },
+                P::Incompatible {
+                    field: f,
+                    file: x,
+                    config: c,
+                },
+            ) => (field, file, config) == (f, x, c),
+            (P::Corrupt { what }, P::Corrupt { what: w }) => what == w,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for MemoryFileProblem {}

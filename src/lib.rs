@@ -90,7 +90,7 @@ pub mod verify;
 
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, Token};
-pub use error::{Error, MemoryFileProblem};
+pub use error::{CacheFileProblem, Error, MemoryFileProblem, WorkloadProblem};
 pub use shared::{Budget, Shared};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;

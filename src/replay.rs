@@ -95,7 +95,9 @@ pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Err
         let session = serde_json::from_str(line).map_err(|e| crate::Error::Workload {
             source_name: name.to_string(),
             line: i + 1,
-            reason: e.to_string(),
+            problem: crate::WorkloadProblem::Parse {
+                message: e.to_string(),
+            },
         })?;
         sessions.push(session);
     }
@@ -115,7 +117,7 @@ pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, 
     let text = std::fs::read_to_string(path).map_err(|e| crate::Error::Workload {
         source_name: name.clone(),
         line: 0,
-        reason: e.to_string(),
+        problem: crate::WorkloadProblem::Io(std::sync::Arc::new(e)),
     })?;
     parse_workload(&name, &text)
 }

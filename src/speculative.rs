@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::{Config, Strategy, MAX_DRAFT};
+use crate::config::{Config, Strategy};
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
@@ -233,11 +233,7 @@ impl Speculative {
                 }
             });
         }
-        let limits = DraftLimits {
-            min: config.draft_min,
-            max: config.draft_max,
-        };
-        let mut spec = Speculative::from_drafters(drafters, limits)?;
+        let mut spec = Speculative::from_drafters(drafters, config.limits())?;
         spec.pool = pool;
         Ok(spec)
     }
@@ -249,8 +245,7 @@ impl Speculative {
     ///
     /// # Errors
     ///
-    /// [`Error::EmptyChain`], or [`Error::OutOfRange`] / [`Error::DraftMinAboveMax`] for the
-    /// limits.
+    /// [`Error::EmptyChain`], or what [`DraftLimits::validate`] finds.
     pub fn from_drafters(
         drafters: Vec<Box<dyn Drafter>>,
         limits: DraftLimits,
@@ -258,21 +253,7 @@ impl Speculative {
         if drafters.is_empty() {
             return Err(Error::EmptyChain);
         }
-        if limits.max == 0 || limits.max > MAX_DRAFT {
-            return Err(Error::OutOfRange {
-                context: "config",
-                field: "draft_max",
-                value: limits.max,
-                min: 1,
-                max: MAX_DRAFT,
-            });
-        }
-        if limits.min > limits.max {
-            return Err(Error::DraftMinAboveMax {
-                draft_min: limits.min,
-                draft_max: limits.max,
-            });
-        }
+        limits.validate()?;
         let stats = drafters
             .iter()
             .map(|d| DrafterStats::new(d.name()))

@@ -250,3 +250,77 @@ fn defaults_are_llama_cpp_engine_defaults() {
         ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"]
     );
 }
+
+/// The one table of names: every name parses to its llama.cpp defaults,
+/// prints and reads back, is listed by the unknown-name error, and names the
+/// statistics line of the drafter it builds.
+#[test]
+fn every_name_comes_from_one_table() {
+    let names: Vec<&str> = Strategy::names().collect();
+    assert_eq!(
+        names,
+        [
+            "ngram-simple",
+            "ngram-map-k",
+            "ngram-map-k4v",
+            "ngram-mod",
+            "ngram-cache",
+            "ngram-cache-live",
+            "recall"
+        ]
+    );
+    let unknown = "ngram-bogus".parse::<Strategy>().unwrap_err().to_string();
+    assert!(unknown.ends_with(&names.join(", ")), "{unknown}");
+    let mut stats_names = Vec::new();
+    for name in &names {
+        let strategy = Strategy::from_name(name).unwrap();
+        assert_eq!(strategy.name(), *name);
+        assert_eq!(&name.parse::<Strategy>().unwrap(), &strategy, "{name}");
+        assert_eq!(
+            strategy.to_string().parse::<Strategy>().unwrap(),
+            strategy,
+            "{name}"
+        );
+        let spec = Speculative::new(&Config::new([strategy.clone()])).unwrap();
+        assert_eq!(spec.stats()[0].name, strategy.stats_name(), "{name}");
+        stats_names.push(strategy.stats_name());
+    }
+    stats_names.sort_unstable();
+    stats_names.dedup();
+    assert_eq!(stats_names.len(), names.len());
+}
+
+#[test]
+fn config_limits_are_draft_limits() {
+    use selfspec::DraftLimits;
+    let c = Config::default();
+    assert_eq!(c.limits(), DraftLimits::default());
+    assert_eq!(
+        Config::default()
+            .with_draft_min(3)
+            .with_draft_max(9)
+            .limits(),
+        DraftLimits { min: 3, max: 9 }
+    );
+    // One check of the limits: the config's and the chain's errors agree.
+    for limits in [
+        DraftLimits { min: 0, max: 0 },
+        DraftLimits { min: 17, max: 16 },
+        DraftLimits {
+            min: 0,
+            max: MAX_DRAFT + 1,
+        },
+    ] {
+        let config = Config::default()
+            .with_draft_min(limits.min)
+            .with_draft_max(limits.max);
+        let drafters: Vec<Box<dyn selfspec::Drafter>> =
+            vec![Box::new(selfspec::strategies::NgramSimple::new(12, 48))];
+        let want = limits.validate().unwrap_err();
+        assert_eq!(config.validate().unwrap_err(), want);
+        assert_eq!(
+            Speculative::from_drafters(drafters, limits).unwrap_err(),
+            want
+        );
+    }
+}

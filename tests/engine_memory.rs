@@ -401,14 +401,11 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     let e = Shared::load(&config, &missing).unwrap_err();
     assert!(e.to_string().contains("selfspec-no-such-file.mem"), "{e}");
     assert!(matches!(
-        e,
+        &e,
         Error::MemoryFile {
-            problem: MemoryFileProblem::Io {
-                kind: std::io::ErrorKind::NotFound,
-                ..
-            },
+            problem: MemoryFileProblem::Io(io),
             ..
-        }
+        } if io.kind() == std::io::ErrorKind::NotFound
     ));
     // Every cut and every single-byte change is an error or a clean load, never a panic.
     for cut in (0..good.len()).step_by(7) {

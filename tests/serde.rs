@@ -127,10 +127,70 @@ fn loose_files_are_errors() {
             "out of range",
         ),
         (r#"{"strategies": [42]}"#, "a strategy: a string"),
+        (
+            r#"{"strategies": [{"type": "ngram-mod", "n": 4, "n": 8}]}"#,
+            "duplicate field `n`",
+        ),
+        (
+            r#"{"strategies": [{"type": "ngram-cache", "static": "a", "static_cache": "b"}]}"#,
+            "duplicate field `static_cache`",
+        ),
+        (
+            r#"{"strategies": [{"type": "ngram-mod", "n": -1}]}"#,
+            "invalid value: integer `-1`",
+        ),
+        (
+            r#"{"strategies": [{"type": "ngram-mod", "n": "24"}]}"#,
+            "expected a non-negative integer",
+        ),
+        (
+            r#"{"strategies": [{"type": "ngram-cache", "static": 3}]}"#,
+            "expected a file path",
+        ),
+        (r#"{"strategies": [{"n": 24}]}"#, "missing field `type`"),
     ];
     for (json, want) in cases {
         let err = config(json).expect_err(json);
         assert!(err.contains(want), "{json}: `{err}` does not say `{want}`");
+    }
+}
+
+#[test]
+fn strategies_are_written_in_the_tagged_form() {
+    let cases = [
+        (
+            Strategy::NgramMapK4v {
+                n: 8,
+                m: 48,
+                min_hits: 1,
+            },
+            r#"{"type":"ngram-map-k4v","n":8,"m":48,"min_hits":1}"#,
+        ),
+        (
+            Strategy::from_name("ngram-cache-live").unwrap(),
+            r#"{"type":"ngram-cache-live","static_cache":null,"dynamic_cache":null}"#,
+        ),
+        (
+            Strategy::NgramCache {
+                static_cache: Some("a.bin".into()),
+                dynamic_cache: None,
+            },
+            r#"{"type":"ngram-cache","static_cache":"a.bin","dynamic_cache":null}"#,
+        ),
+        (
+            Strategy::Recall {
+                threshold_permille: 200,
+            },
+            r#"{"type":"recall","threshold_permille":200}"#,
+        ),
+    ];
+    for (strategy, want) in cases {
+        assert_eq!(serde_json::to_string(&strategy).unwrap(), want);
+        assert_eq!(
+            serde_json::from_str::<Strategy>(want).unwrap(),
+            strategy,
+            "{want}"
+        );
     }
 }
 

@@ -51,15 +51,8 @@ fn error(path: &Path, offset: u64, problem: Problem) -> Error {
     }
 }
 
-fn io(path: &Path, e: &std::io::Error) -> Error {
-    error(
-        path,
-        0,
-        Problem::Io {
-            kind: e.kind(),
-            message: e.to_string(),
-        },
-    )
+fn io(path: &Path, e: std::io::Error) -> Error {
+    error(path, 0, Problem::Io(std::sync::Arc::new(e)))
 }
 
 /// Reads little-endian fields off a byte slice, tracking the offset.
@@ -113,10 +106,10 @@ impl Shared {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        std::fs::write(&tmp, &bytes).map_err(|e| io(path, &e))?;
+        std::fs::write(&tmp, &bytes).map_err(|e| io(path, e))?;
         std::fs::rename(&tmp, path).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            io(path, &e)
+            io(path, e)
         })
     }
 
@@ -214,7 +207,7 @@ impl Shared {
     ) -> Result<Shared, Error> {
         let path = path.as_ref();
         let shared = Shared::with_budget(config, budget)?;
-        let bytes = std::fs::read(path).map_err(|e| io(path, &e))?;
+        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
         shared.restore(config, path, &bytes)?;
         Ok(shared)
     }

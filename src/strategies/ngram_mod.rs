@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::config::MAX_POOL_SIZE;
+use crate::config::check_pool_size;
 use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::index::low32;
 use crate::index::poly::Poly;
@@ -81,15 +81,7 @@ impl NgramPool {
     ///
     /// [`Error::OutOfRange`] for a `size` of 0 or above the maximum.
     pub fn new(size: usize) -> Result<NgramPool, Error> {
-        if size == 0 || size > MAX_POOL_SIZE {
-            return Err(Error::OutOfRange {
-                context: "ngram-mod pool",
-                field: "pool_size",
-                value: size,
-                min: 1,
-                max: MAX_POOL_SIZE,
-            });
-        }
+        check_pool_size("ngram-mod pool", size)?;
         let mut cells = Vec::new();
         cells
             .try_reserve_exact(size)

@@ -95,21 +95,21 @@ fn broken_files_are_typed_errors_from_speculative_new() {
             Err(Error::CacheFile {
                 path: p,
                 offset,
-                reason,
+                problem,
             }) => {
                 assert_eq!(&p, path);
                 if let Some(o) = want_offset {
                     assert_eq!(offset, o);
                 } else {
                     assert!(
-                        offset > 0 && reason.contains("truncated"),
-                        "{offset} {reason}"
+                        offset > 0 && problem.to_string().contains("truncated"),
+                        "{offset} {problem}"
                     );
                 }
                 let msg = Error::CacheFile {
                     path: p,
                     offset,
-                    reason,
+                    problem,
                 }
                 .to_string();
                 assert!(

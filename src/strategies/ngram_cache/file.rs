@@ -1,9 +1,11 @@
 //! llama.cpp's cache file format.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::table::LookupCache;
 use super::{hash_of, UNUSED};
+use crate::CacheFileProblem;
 use crate::Error;
 
 impl LookupCache {
@@ -17,10 +19,10 @@ impl LookupCache {
     /// [`Error::CacheFile`] with the byte offset of a follower count or a
     /// count that is not positive, or of a record cut short.
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<LookupCache, Error> {
-        let bad = |offset: usize, reason: String| Error::CacheFile {
+        let bad = |offset: usize, problem: CacheFileProblem| Error::CacheFile {
             path: PathBuf::from(name),
             offset: offset as u64,
-            reason,
+            problem,
         };
         let word = |at: usize| -> Option<[u8; 4]> {
             bytes.get(at..at + 4).map(|b| [b[0], b[1], b[2], b[3]])
@@ -37,10 +39,9 @@ impl LookupCache {
                 *slot = id(at + 4 * j).unwrap_or(UNUSED);
             }
             at += 16;
-            let n = int(at)
-                .ok_or_else(|| bad(at, "truncated record: missing follower count".into()))?;
+            let n = int(at).ok_or_else(|| bad(at, CacheFileProblem::MissingFollowerCount))?;
             if n <= 0 {
-                return Err(bad(at, format!("follower count {n}; must be positive")));
+                return Err(bad(at, CacheFileProblem::FollowerCount { count: n }));
             }
             at += 4;
             // (Saturating: a count too large for memory is a truncated record.)
@@ -48,10 +49,12 @@ impl LookupCache {
             if bytes.len() - at < need {
                 return Err(bad(
                     at,
-                    format!(
-                        "truncated record at {record}: {n} followers need {need} bytes, {} left",
-                        bytes.len() - at
-                    ),
+                    CacheFileProblem::Truncated {
+                        record: record as u64,
+                        followers: n,
+                        need: need as u64,
+                        left: (bytes.len() - at) as u64,
+                    },
                 ));
             }
             let hash = hash_of(&key);
@@ -59,10 +62,7 @@ impl LookupCache {
             for _ in 0..n {
                 let (token, count) = (id(at).unwrap_or(0), int(at + 4).unwrap_or(0));
                 if count <= 0 {
-                    return Err(bad(
-                        at + 4,
-                        format!("count {count} of token {token}; must be positive"),
-                    ));
+                    return Err(bad(at + 4, CacheFileProblem::Count { token, count }));
                 }
                 if is_new && cache.part(&key).map_or(true, |p| p.find(token).is_none()) {
                     cache.add(&key, hash, token, count);
@@ -84,7 +84,7 @@ impl LookupCache {
         let bytes = std::fs::read(path).map_err(|e| Error::CacheFile {
             path: path.to_path_buf(),
             offset: 0,
-            reason: e.to_string(),
+            problem: CacheFileProblem::Io(Arc::new(e)),
         })?;
         LookupCache::from_bytes(&bytes, &path.display().to_string())
     }
@@ -119,7 +119,7 @@ impl LookupCache {
         std::fs::write(path, self.to_bytes()).map_err(|e| Error::CacheFile {
             path: path.to_path_buf(),
             offset: 0,
-            reason: e.to_string(),
+            problem: CacheFileProblem::Io(Arc::new(e)),
         })
     }
 }

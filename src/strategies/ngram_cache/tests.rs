@@ -285,9 +285,15 @@ fn bad_files_are_typed_errors() {
     }
     // Truncated: the key and count are there, a follower is cut short.
     match LookupCache::from_bytes(&good[..good.len() - 2], "f") {
-        Err(Error::CacheFile { offset, reason, .. }) => {
+        Err(Error::CacheFile {
+            offset, problem, ..
+        }) => {
             assert_eq!(offset, 20);
-            assert!(reason.contains("truncated"), "{reason}");
+            assert!(problem.to_string().contains("truncated"), "{problem}");
+            assert!(
+                matches!(problem, crate::CacheFileProblem::Truncated { .. }),
+                "{problem:?}"
+            );
         }
         other => panic!("{other:?}"),
     }
