@@ -85,7 +85,7 @@ mod sync;
 pub mod verify;
 
 pub use config::{Config, Strategy};
-pub use drafter::{DraftLimits, Drafter, Token};
+pub use drafter::{DraftLimits, Drafter, IntoToken, Token};
 pub use error::{Error, MemoryFileProblem};
 pub use shared::{Budget, Shared};
 pub use speculative::Speculative;

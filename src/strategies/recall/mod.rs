@@ -841,6 +841,23 @@ impl Drafter for Recall {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    /// The child shares the engine-wide memory and copies the rest (the own
+    /// index included: nothing is re-indexed). Both would publish the own
+    /// tokens the parent has not published yet (when the request ends, on
+    /// drop): the child counts them as published (its `published` is the
+    /// parent's own-index end), so only the parent publishes them and each
+    /// branch publishes only its own new tokens (the copy the parent
+    /// publishes is, to the child, another request's text). The child also carries the
+    /// parent's selector steps not yet merged into the engine-wide weights
+    /// (at most 64 draft calls' worth) and merges them too: they count
+    /// twice, a small effect that keeps the child's drafts exactly the
+    /// parent's.
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        let mut child = self.clone();
+        child.published = self.own.end();
+        Some(Box::new(child))
+    }
 }
 
 impl Recall {
