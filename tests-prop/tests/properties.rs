@@ -9,6 +9,9 @@
 //!    also changes without `begin`, ids span the whole `u32` range, and several
 //!    sequences share one pool. No panic, and every draft obeys the limits and
 //!    its strategy's provenance rule.
+//! 3. The owned-history API: random `begin_owned` / `draft_next` /
+//!    `extend_history` / `truncate_history` / `fork` sequences with any `i32`
+//!    ids draft as the slice API on the converted stream.
 
 // The oracles live with the root package's tests (the fuzz smoke uses them too).
 #[path = "../../tests/oracle/mod.rs"]
