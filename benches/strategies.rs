@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use selfspec::replay::{replay, Session};
+use selfspec::replay::{replay, replay_engine, Engine, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
-use selfspec::{Config, DraftLimits, Drafter, IntoToken, NgramPool, Speculative, Strategy, Token};
+use selfspec::{
+    Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy, Token,
+};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
 struct Rng(u64);
@@ -523,12 +525,85 @@ fn bench_incremental(c: &mut Criterion) {
     group.finish();
 }
 
+/// recall's first draft after a long prompt: a fresh drafter on an empty
+/// engine-wide memory indexes the prompt in `begin`, then drafts.
+fn bench_recall_prompt(c: &mut Criterion) {
+    let mut group = c.benchmark_group("begin");
+    group.sample_size(10);
+    for len in [1usize << 10, 16 << 10, 128 << 10] {
+        let prompt = text_stream(len, 5);
+        let config = Config::recommended();
+        group.bench_function(format!("recall-first-draft/{}k", len >> 10), |b| {
+            b.iter_batched_ref(
+                || {
+                    let shared = Shared::new(&config).unwrap();
+                    (Speculative::with_shared(&config, &shared).unwrap(), shared)
+                },
+                |(spec, _)| {
+                    spec.begin(&prompt[..len - 1]);
+                    black_box(spec.draft(&prompt[..len - 1], prompt[len - 1]).len())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+/// Two threads on one `Shared`, each replaying half of a workload with a
+/// fresh drafter per request, against one thread replaying all of it: the
+/// same work, so the time ratio is the speed-up (issue target: 1.7x).
+fn bench_shared_memory(c: &mut Criterion) {
+    let sessions = load(include_str!("../examples/data/sample-chat.jsonl"));
+    let tokens: u64 = sessions
+        .iter()
+        .flat_map(|s| &s.requests)
+        .map(|r| r.output.len() as u64)
+        .sum();
+    let config = Config::recommended();
+    let (first, second) = sessions.split_at(sessions.len() / 2);
+    let mut group = c.benchmark_group("shared-memory");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(8));
+    group.throughput(Throughput::Elements(tokens));
+    for threads in [1usize, 2] {
+        group.bench_function(format!("threads-{threads}"), |b| {
+            b.iter(|| {
+                let shared = Shared::new(&config).unwrap();
+                if threads == 1 {
+                    black_box(
+                        replay_engine(&config, &shared, &sessions, Engine::fresh(1))
+                            .unwrap()
+                            .accepted,
+                    );
+                    return;
+                }
+                std::thread::scope(|scope| {
+                    for half in [first, second] {
+                        let (config, shared) = (&config, &shared);
+                        scope.spawn(move || {
+                            black_box(
+                                replay_engine(config, shared, half, Engine::fresh(1))
+                                    .unwrap()
+                                    .accepted,
+                            )
+                        });
+                    }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_draft,
     bench_begin,
+    bench_recall_prompt,
     bench_replay,
     bench_threads,
+    bench_shared_memory,
     bench_incremental
 );
 criterion_main!(benches);

@@ -157,7 +157,8 @@ pub trait Drafter: Send + fmt::Debug {
 
     /// A copy of this drafter that continues from its state, for a sequence
     /// that branches from this one (parallel sampling, beam search): on the
-    /// same calls the copy drafts as this drafter would, and nothing is
+    /// same calls the copy drafts as this drafter would (recall's, see
+    /// [`Speculative::fork`](crate::Speculative::fork)), and nothing is
     /// re-indexed. Shared state (ngram-mod's pool, recall's engine-wide
     /// memory) stays shared. `None` by default: the drafter cannot fork, and
     /// neither can a [`Speculative`](crate::Speculative) holding it

@@ -306,7 +306,10 @@ impl Speculative {
     /// would; nothing is re-indexed (each strategy copies its state: the cost
     /// of a memory copy of its indexes, not of indexing the history again).
     /// Shared state stays shared (ngram-mod's pool, recall's engine-wide
-    /// memory; a recall fork publishes only the tokens its branch adds). The
+    /// memory; a recall fork publishes only the tokens its branch adds, and
+    /// leaves the selector steps its parent has not merged yet to the
+    /// parent: forked mid-request, it drafts as the parent until its first
+    /// merge of learned steps; forked right after `begin`, exactly). The
     /// pending draft and the owned history ([`draft_next`](Speculative::draft_next))
     /// are copied; the fork's counters start at zero (so that the statistics
     /// of all branches add up), as does its [`misuse_count`](Speculative::misuse_count).

@@ -135,8 +135,6 @@ fn begin(config: &Config, shared: &Shared, prompt: &[Token]) -> Seq {
 /// A fork continues as its parent would have: compared with a twin of the
 /// parent (built and driven the same way, on its own `Shared`), so that the
 /// parent's own later calls cannot touch the shared state the fork reads.
-/// Two branches: the same continuation as the twin, then (for the
-/// per-sequence strategies) parent and child side by side.
 #[test]
 fn a_fork_drafts_as_its_parent_would() {
     for (name, config) in configs() {
@@ -147,23 +145,14 @@ fn a_fork_drafts_as_its_parent_would() {
             let mut parent = begin(&config, &shared, &truth[..500]);
             let mut twin = begin(&config, &twin_shared, &truth[..500]);
             assert_eq!(parent.run(&truth, 1500), twin.run(&truth, 1500), "{name}");
-            // Fork with a draft pending (parallel sampling forks right after
-            // a step): the child may accept it.
-            let i = parent.history.len();
-            let pending = parent.spec.draft(&parent.history, truth[i]).to_vec();
-            assert_eq!(pending, twin.spec.draft(&twin.history, truth[i]), "{name}");
+            // A new turn (the prefill of what the sequence holds), then the
+            // fork: parallel sampling forks a prefilled prompt. (A recall
+            // fork made later in a request drafts the same until its first
+            // merge of learned selector steps: those its parent had not yet
+            // merged are the parent's to merge.)
+            parent.spec.begin(&parent.history);
+            twin.spec.begin(&twin.history);
             let mut child = parent.fork();
-            assert_eq!(child.spec.last_draft(), &pending[..], "{name}");
-            for seq in [&mut child, &mut twin] {
-                let n = pending
-                    .iter()
-                    .zip(&truth[i + 1..])
-                    .take_while(|(d, t)| d == t)
-                    .count();
-                seq.spec.accept(n);
-                seq.history.push(truth[i]);
-                seq.history.extend_from_slice(&pending[..n]);
-            }
             let (a, b) = (child.run(&truth, 4000), twin.run(&truth, 4000));
             assert!(
                 a.iter().map(Vec::len).sum::<usize>() > 100,
@@ -175,7 +164,8 @@ fn a_fork_drafts_as_its_parent_would() {
     }
 }
 
-/// Strategies without engine-wide state: parent and child interleaved.
+/// Strategies without engine-wide state: parent and child interleaved,
+/// forked with a draft pending.
 #[test]
 fn per_sequence_strategies_fork_side_by_side() {
     for strategy in strategies() {
@@ -191,7 +181,25 @@ fn per_sequence_strategies_fork_side_by_side() {
         let shared = Shared::new(&config).unwrap();
         let mut parent = begin(&config, &shared, &truth[..800]);
         parent.run(&truth, 1000);
+        // Fork with a draft pending (beam search forks after a step): the
+        // child holds it and may accept it.
+        let i = parent.history.len();
+        let pending = parent.spec.draft(&parent.history, truth[i]).to_vec();
         let mut child = parent.fork();
+        assert_eq!(child.spec.last_draft(), &pending[..], "{name}");
+        for seq in [&mut parent, &mut child] {
+            let n = pending
+                .iter()
+                .zip(&truth[i + 1..])
+                .take_while(|(d, t)| d == t)
+                .count();
+            seq.spec.accept(n);
+            seq.history.push(truth[i]);
+            seq.history.extend_from_slice(&pending[..n]);
+        }
+        // The child's counters start at zero and count its own accept.
+        let accepted = child.history.len() - i - 1;
+        assert_eq!(child.spec.stats()[0].acc_tokens, accepted as u64, "{name}");
         while parent.history.len() + 1 < truth.len() {
             assert_eq!(parent.step(&truth), child.step(&truth), "{name}");
         }

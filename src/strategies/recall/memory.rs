@@ -41,8 +41,9 @@ pub(super) fn capacity_of(budget: usize) -> usize {
     (1usize << (usize::BITS - 1 - tokens.leading_zeros())).min(1 << 30)
 }
 
-/// One chunk of positions: tokens and, per position, one link per order
-/// (`tag << 32 | previous end position + 1`; 0: none).
+/// One chunk of positions: tokens and, per position `e`, one link per order
+/// for the context ending at `e` (`tag << 32 | previous end position`
+/// truncated to 32 bits; 0: none).
 #[derive(Debug)]
 struct Chunk {
     tokens: Box<[AtomicU32]>,
@@ -394,8 +395,8 @@ impl RecallMemory {
             mask: self.capacity - 1,
         };
         let shift = 32 - next.bits;
-        for e in view.floor + 1..=view.end {
-            let Some((chunk, at)) = view.cell(e - 1) else {
+        for e in view.floor..view.end {
+            let Some((chunk, at)) = view.cell(e) else {
                 continue;
             };
             for o in 0..K {
@@ -429,6 +430,28 @@ impl RecallMemory {
             return;
         };
         chunk.tokens[at].store(t, Ordering::Relaxed);
+        // Index the contexts ending at `p`, whose continuation is this
+        // token: a context is indexed once its continuation is held, so no
+        // occurrence ever continues into another request's run.
+        let shift = 32 - tables.bits;
+        for (o, &k) in ORDERS.iter().enumerate() {
+            let cell = &chunk.links[at * K + o];
+            if w.run < k as u64 {
+                // A context across the boundary: not indexed.
+                cell.store(0, Ordering::Relaxed);
+                continue;
+            }
+            let tag = tag_of(w.rolling[o]);
+            let head = &tables.heads[(o << tables.bits) | (tag >> shift) as usize];
+            let previous = head.load(Ordering::Relaxed);
+            cell.store(
+                u64::from(tag) << 32 | u64::from(previous),
+                Ordering::Relaxed,
+            );
+            // The link is visible to whoever sees the head.
+            head.store(p as u32, Ordering::Release);
+        }
+        // Then roll the hashes over it, for the contexts ending after it.
         w.run += 1;
         let len = p + 1;
         let Writer {
@@ -446,24 +469,6 @@ impl RecallMemory {
                 view.token(j)
             }
         });
-        let shift = 32 - tables.bits;
-        for (o, &k) in ORDERS.iter().enumerate() {
-            let cell = &chunk.links[at * K + o];
-            if *run < k as u64 {
-                // A context across the boundary: not indexed.
-                cell.store(0, Ordering::Relaxed);
-                continue;
-            }
-            let tag = tag_of(rolling[o]);
-            let head = &tables.heads[(o << tables.bits) | (tag >> shift) as usize];
-            let previous = head.load(Ordering::Relaxed);
-            cell.store(
-                u64::from(tag) << 32 | u64::from(previous),
-                Ordering::Relaxed,
-            );
-            // The link is visible to whoever sees the head.
-            head.store(len as u32, Ordering::Release);
-        }
     }
 }
 
@@ -525,7 +530,9 @@ impl Chains for View<'_> {
     }
     #[inline]
     fn link(&self, e: u64, o: usize) -> (u32, Option<u64>) {
-        let Some((chunk, at)) = self.cell(e.wrapping_sub(1)) else {
+        // The links of the contexts ending at `e` sit beside their
+        // continuation, the token at `e`.
+        let Some((chunk, at)) = self.cell(e) else {
             return (0, None);
         };
         let link = chunk.links[at * K + o].load(Ordering::Relaxed);

@@ -73,10 +73,10 @@ const MIRRORED: usize = 32;
 /// A request in flight publishes its tokens to the engine-wide memory once
 /// this many are new, so that the requests decoded beside it draft from
 /// them (parallel sampling, agent fan-out, similar tasks in one batch).
-const PUBLISH_EVERY: u64 = 64;
+const PUBLISH_EVERY: u64 = 16;
 /// Draft calls between two merges of this sequence's selector steps into the
 /// engine-wide weights (and back).
-const SYNC_EVERY: u32 = 64;
+const SYNC_EVERY: u32 = 4;
 
 /// The default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
 /// 84 bytes each (budgets are rounded down to a power of two of tokens).
@@ -359,7 +359,11 @@ struct Choice {
 /// recall.draft(&text, 0, DraftLimits::default(), &mut draft);
 /// assert_eq!(&draft[..4], &[1, 2, 3, 4]);
 /// ```
-#[derive(Clone, Debug)]
+///
+/// A clone is a fork (parallel sampling, beam search): it continues from
+/// the same state without re-indexing, and publishes only the tokens it
+/// adds (the parent publishes what they share).
+#[derive(Debug)]
 pub struct Recall {
     threshold: f64,
     hasher: Hasher,
@@ -720,6 +724,36 @@ impl Work {
     }
 }
 
+impl Clone for Recall {
+    fn clone(&self) -> Recall {
+        Recall {
+            threshold: self.threshold,
+            hasher: self.hasher.clone(),
+            own: self.own.clone(),
+            memory: Arc::clone(&self.memory),
+            snapshot: self.snapshot.clone(),
+            mirror: self.mirror.clone(),
+            request_start: self.request_start,
+            // What the two share is the parent's to publish.
+            published: self.own.end(),
+            mirrored: self.mirrored.clone(),
+            // The parent's unmerged steps are the parent's to merge; the
+            // child scores with the same sums.
+            weights: {
+                let mut w = self.weights;
+                w.merge(&mut self.delta.clone());
+                w
+            },
+            delta: Weights::zero(),
+            work: self.work.clone(),
+            since_sync: 0,
+            expect: self.expect,
+            anchors: self.anchors,
+            awaiting: self.awaiting,
+        }
+    }
+}
+
 impl Drop for Recall {
     /// A dropped drafter's request has ended: its tokens go to the memory
     /// (unless nobody else holds the memory).
@@ -842,21 +876,11 @@ impl Drafter for Recall {
         Some(self)
     }
 
-    /// The child shares the engine-wide memory and copies the rest (the own
-    /// index included: nothing is re-indexed). Both would publish the own
-    /// tokens the parent has not published yet (when the request ends, on
-    /// drop): the child counts them as published (its `published` is the
-    /// parent's own-index end), so only the parent publishes them and each
-    /// branch publishes only its own new tokens (the copy the parent
-    /// publishes is, to the child, another request's text). The child also carries the
-    /// parent's selector steps not yet merged into the engine-wide weights
-    /// (at most 64 draft calls' worth) and merges them too: they count
-    /// twice, a small effect that keeps the child's drafts exactly the
-    /// parent's.
+    /// A clone (see [`Recall`]): the child shares the engine-wide memory,
+    /// copies the rest (nothing is re-indexed) and publishes only the
+    /// tokens it adds.
     fn fork(&self) -> Option<Box<dyn Drafter>> {
-        let mut child = self.clone();
-        child.published = self.own.end();
-        Some(Box::new(child))
+        Some(Box::new(self.clone()))
     }
 }
 
