@@ -2,7 +2,8 @@
 //! engine's real pattern (the history grows by 1 + accepted tokens between
 //! calls), `begin` of long prompts, pool resets, and whole-replay throughput.
 //!
-//! `cargo bench` runs them all; `cargo bench -- draft/ngram-simple` one group.
+//! `cargo bench` runs them all; `cargo bench -- draft/ngram-simple` one group
+//! (`cargo bench -p selfspec-bench -- incremental`: the owned-history API).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -11,7 +12,9 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use selfspec::replay::{replay, replay_engine, Engine, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
-use selfspec::{Config, DraftLimits, Drafter, NgramPool, Shared, Speculative, Strategy, Token};
+use selfspec::{
+    Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy, Token,
+};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
 struct Rng(u64);
@@ -419,6 +422,109 @@ fn bench_threads(c: &mut Criterion) {
     group.finish();
 }
 
+/// How the engine hands its history over, in `bench_incremental`.
+#[derive(Clone, Copy)]
+enum Api {
+    /// A `u32` engine: its history is the `&[u32]` of `draft`.
+    SliceU32,
+    /// An `i32` engine (llama.cpp bindings) keeping a parallel `Vec<u32>`
+    /// for `draft` besides its own `Vec<i32>`.
+    SliceI32Copy,
+    /// An `i32` engine on the owned-history API (`draft_next`): only its own
+    /// `Vec<i32>`.
+    OwnedI32,
+}
+
+/// Draft calls from a prompt of `len` tokens, each window started from a
+/// fork of `primed` (untimed), the engine's history vectors included.
+fn incremental_windows(
+    primed: &Speculative,
+    api: Api,
+    ids: &[i32],
+    len: usize,
+    iters: u64,
+) -> Duration {
+    const WINDOW: usize = 2048;
+    let tokens: Vec<Token> = ids.iter().map(|&id| id.into_token()).collect();
+    let max = primed.limits().max;
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let mut spec = primed.fork().expect("selfspec's strategies fork");
+        let mut engine: Vec<i32> = ids[..len].to_vec();
+        let mut copy: Vec<Token> = tokens[..len].to_vec();
+        let mut pos = len;
+        let t = Instant::now();
+        while done < iters && pos + max + 1 < len + WINDOW {
+            let draft = match api {
+                Api::SliceU32 => spec.draft(&copy, tokens[pos]),
+                Api::SliceI32Copy => spec.draft(&copy, ids[pos].into_token()),
+                Api::OwnedI32 => spec.draft_next(ids[pos]),
+            };
+            let n = draft
+                .iter()
+                .zip(&tokens[pos + 1..])
+                .take_while(|(d, t)| d == t)
+                .count();
+            match api {
+                Api::SliceU32 => copy.extend_from_slice(&tokens[pos..pos + 1 + n]),
+                Api::SliceI32Copy => {
+                    engine.extend_from_slice(&ids[pos..pos + 1 + n]);
+                    copy.extend(ids[pos..pos + 1 + n].iter().map(IntoToken::into_token));
+                }
+                Api::OwnedI32 => engine.extend_from_slice(&ids[pos..pos + 1 + n]),
+            }
+            spec.accept(n);
+            pos += 1 + n;
+            done += 1;
+        }
+        total += t.elapsed();
+        black_box((&engine, &copy));
+    }
+    total
+}
+
+/// The owned-history API (`begin_owned` / `draft_next`, `i32` ids) against
+/// the slice API, per draft call at 16k tokens of history.
+fn bench_incremental(c: &mut Criterion) {
+    let len = 16 << 10;
+    let ids: Vec<i32> = text_stream(len + 4096, 13)
+        .iter()
+        .map(|&t| i32::try_from(t).expect("below 5000"))
+        .collect();
+    let configs = [
+        (
+            "ngram-simple-12-48",
+            Config::new([Strategy::NgramSimple { n: 12, m: 48 }]),
+        ),
+        ("recommended", Config::recommended()),
+    ];
+    let mut group = c.benchmark_group("incremental");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    group.sample_size(20);
+    let prompt: Vec<Token> = ids[..len].iter().map(|&id| id.into_token()).collect();
+    for (name, config) in &configs {
+        for (api, label) in [
+            (Api::SliceU32, "slice-u32"),
+            (Api::SliceI32Copy, "slice-i32-copy"),
+            (Api::OwnedI32, "owned-i32"),
+        ] {
+            // A primed instance (and engine-wide memory) per variant: recall's
+            // forks publish their windows to it.
+            let mut primed = Speculative::new(config).unwrap();
+            match api {
+                Api::OwnedI32 => primed.begin_owned(&ids[..len]),
+                Api::SliceU32 | Api::SliceI32Copy => primed.begin(&prompt),
+            }
+            group.bench_function(format!("{name}/{label}"), |b| {
+                b.iter_custom(|iters| incremental_windows(&primed, api, &ids, len, iters))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// recall's first draft after a long prompt: a fresh drafter on an empty
 /// engine-wide memory indexes the prompt in `begin`, then drafts.
 fn bench_recall_prompt(c: &mut Criterion) {
@@ -518,6 +624,7 @@ criterion_group!(
     bench_recall_prompt,
     bench_replay,
     bench_threads,
-    bench_shared_memory
+    bench_shared_memory,
+    bench_incremental
 );
 criterion_main!(benches);

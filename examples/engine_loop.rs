@@ -1,6 +1,10 @@
-//! A multi-sequence engine simulation: worker threads serve sessions, each
-//! sequence has its own `Speculative`, all share one ngram-mod pool, and a mock
-//! target model verifies drafts against recorded outputs (greedy decoding).
+//! A multi-sequence engine simulation, in the pattern engines use: one
+//! engine-wide [`Shared`] state (cloned into every worker thread), one
+//! [`Speculative`] per request on top of it (built when the request arrives,
+//! dropped when it ends: dropping it publishes the request's tokens to the
+//! shared memory, where later requests, on any worker, draft from them), and
+//! a mock target model that verifies drafts against recorded outputs
+//! (greedy decoding).
 //!
 //! ```text
 //! cargo run --release --example engine_loop            # the embedded samples, 4 workers
@@ -12,11 +16,11 @@ mod common;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use common::{Out, Result};
 use selfspec::replay::Session;
-use selfspec::{Config, NgramPool, Speculative, Strategy, Token};
+use selfspec::{Config, Shared, Speculative, Token};
 
 /// The target model, mocked: it "generates" a recorded output. One call of
 /// `forward` is one batched forward pass over `last` and the draft.
@@ -36,30 +40,37 @@ impl MockTarget<'_> {
     }
 }
 
-/// One engine sequence: the engine's hooks mapped onto selfspec's calls.
-struct Sequence {
+/// One request in flight: the engine's hooks mapped onto selfspec's calls.
+struct Request {
     spec: Speculative,
+    /// The tokens the target has evaluated (the engine's own; engines with
+    /// `i32` ids can let the `Speculative` keep it: `begin_owned` / `draft_next`).
     history: Vec<Token>,
 }
 
-impl Sequence {
-    /// Prefill: the target evaluates the prompt; the drafters index it.
-    fn prefill(&mut self, prompt: &[Token]) {
-        self.history.clear();
-        self.history.extend_from_slice(prompt);
-        self.spec.begin(&self.history);
+impl Request {
+    /// Prefill: the target evaluates the prompt; a `Speculative` for this
+    /// request, on the engine-wide state, indexes it.
+    fn prefill(config: &Config, shared: &Shared, prompt: &[Token]) -> Result<Request> {
+        let mut spec = Speculative::with_shared(config, shared)?;
+        spec.begin(prompt);
+        Ok(Request {
+            spec,
+            history: prompt.to_vec(),
+        })
     }
 
     /// Propose: after the target sampled `last`, the drafters propose tokens.
-    fn propose(&mut self, last: Token) -> Vec<Token> {
-        self.spec.draft(&self.history, last).to_vec()
+    fn propose(&mut self, last: Token) -> &[Token] {
+        self.spec.draft(&self.history, last)
     }
 
     /// Commit: the target kept `last` and `accepted` draft tokens.
-    fn commit(&mut self, last: Token, draft: &[Token], accepted: usize) {
-        self.spec.accept(accepted);
+    fn commit(&mut self, last: Token, accepted: usize) {
         self.history.push(last);
-        self.history.extend_from_slice(&draft[..accepted]);
+        self.history
+            .extend_from_slice(&self.spec.last_draft()[..accepted]);
+        self.spec.accept(accepted);
     }
 }
 
@@ -70,30 +81,33 @@ struct Served {
     passes: usize,
 }
 
-fn serve(seq: &mut Sequence, session: &Session) -> Served {
+/// Serves one session (its requests in turn, as a chat's turns arrive).
+fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> {
     let (mut tokens, mut passes) = (0, 0);
     for request in &session.requests {
         let target = MockTarget {
             output: &request.output,
         };
-        seq.prefill(&request.prompt);
+        let mut live = Request::prefill(config, shared, &request.prompt)?;
         let mut i = 0;
         while i < request.output.len() {
             let last = request.output[i];
-            let draft = seq.propose(last);
-            let accepted = target.forward(i, &draft);
-            seq.commit(last, &draft, accepted);
+            let accepted = target.forward(i, live.propose(last));
+            live.commit(last, accepted);
             passes += 1;
             i += accepted + 1;
         }
         tokens += request.output.len();
+        // The request ends: dropping its `Speculative` publishes its tokens
+        // to the engine-wide memory.
+        drop(live);
     }
-    Served {
+    Ok(Served {
         id: session.id.clone(),
         kind: session.kind.clone(),
         tokens,
         passes,
-    }
+    })
 }
 
 const USAGE: &str = "usage: engine_loop [FILE.jsonl [WORKERS]]";
@@ -119,31 +133,33 @@ fn run(out: &mut Out) -> Result {
             .ok_or_else(|| format!("WORKERS `{w}` is not a positive integer"))?,
     };
 
-    // One pool per engine; one Speculative per sequence.
-    let config = Config::new([
-        Strategy::NgramSimple { n: 12, m: 48 },
-        Strategy::NgramMod { n: 24 },
-    ]);
-    let pool = Arc::new(NgramPool::new(config.pool_size)?);
+    // One engine-wide state; one Speculative per request, on any worker.
+    let config = Config::recommended();
+    let shared = Shared::new(&config)?;
     let queue = Mutex::new(sessions.into_iter().collect::<VecDeque<_>>());
     let served = Mutex::new(Vec::new());
+    let failed = Mutex::new(None);
     std::thread::scope(|scope| {
         for _ in 0..workers {
-            scope.spawn(|| {
-                let mut seq = Sequence {
-                    spec: Speculative::with_pool(&config, pool.clone()).expect("a valid config"),
-                    history: Vec::new(),
+            let shared = shared.clone(); // a handle: the state itself is shared
+            let (config, queue, served, failed) = (&config, &queue, &served, &failed);
+            scope.spawn(move || loop {
+                let Some(session) = queue.lock().unwrap().pop_front() else {
+                    break;
                 };
-                loop {
-                    let Some(session) = queue.lock().unwrap().pop_front() else {
+                match serve(config, &shared, &session) {
+                    Ok(result) => served.lock().unwrap().push(result),
+                    Err(e) => {
+                        failed.lock().unwrap().get_or_insert(e);
                         break;
-                    };
-                    let result = serve(&mut seq, &session);
-                    served.lock().unwrap().push(result);
+                    }
                 }
             });
         }
     });
+    if let Some(e) = failed.into_inner().unwrap() {
+        return Err(e);
+    }
 
     let served = served.into_inner().unwrap();
     writeln!(
@@ -167,11 +183,10 @@ fn run(out: &mut Out) -> Result {
     let passes: usize = served.iter().map(|s| s.passes).sum();
     writeln!(
         out,
-        "\ntotal: {} sequences on {workers} workers, {tokens} tokens in {passes} forward passes: tau {:.3}; pool {} of {} cells used",
+        "\ntotal: {} sequences on {workers} workers, {tokens} tokens in {passes} forward passes: tau {:.3}; shared memory {:.1} MiB",
         served.len(),
         tokens as f64 / passes.max(1) as f64,
-        pool.used(),
-        pool.size()
+        shared.heap_bytes() as f64 / f64::from(1 << 20),
     )?;
     Ok(())
 }

@@ -10,7 +10,53 @@ use crate::Error;
 /// Engines whose token type is `i32` (llama.cpp bindings) convert with
 /// `id as u32`; every strategy hashes ids the way llama.cpp hashes its `i32`
 /// tokens, so the conversion keeps reference-exact drafts even for negative ids.
+/// The owned-history API ([`Speculative::draft_next`](crate::Speculative::draft_next))
+/// takes `i32` ids as they are ([`IntoToken`]).
 pub type Token = u32;
+
+/// A token id the owned-history API of [`Speculative`](crate::Speculative)
+/// ([`begin_owned`](crate::Speculative::begin_owned),
+/// [`extend_history`](crate::Speculative::extend_history),
+/// [`draft_next`](crate::Speculative::draft_next)) takes as it is: [`Token`]
+/// (`u32`), `i32` (llama.cpp's `llama_token`) and references to either.
+///
+/// An `i32` id becomes the `u32` with the same bits (`id as u32`), the value
+/// llama.cpp's hashes see: drafts are those of the `&[u32]` API on the
+/// converted stream. The way back, for the draft tokens, is
+/// `i32::from_ne_bytes(t.to_ne_bytes())` (`t as i32`).
+///
+/// ```
+/// use selfspec::IntoToken;
+///
+/// assert_eq!((-1i32).into_token(), u32::MAX);
+/// assert_eq!(7u32.into_token(), 7);
+/// assert_eq!((&-2i32).into_token(), u32::MAX - 1);
+/// ```
+pub trait IntoToken: Copy {
+    /// The id as a [`Token`].
+    fn into_token(self) -> Token;
+}
+
+impl IntoToken for Token {
+    #[inline]
+    fn into_token(self) -> Token {
+        self
+    }
+}
+
+impl IntoToken for i32 {
+    #[inline]
+    fn into_token(self) -> Token {
+        Token::from_ne_bytes(self.to_ne_bytes())
+    }
+}
+
+impl<T: IntoToken> IntoToken for &T {
+    #[inline]
+    fn into_token(self) -> Token {
+        (*self).into_token()
+    }
+}
 
 /// The engine's limits on one draft, passed to every [`Drafter::draft`] call.
 ///
@@ -141,6 +187,19 @@ pub trait Drafter: Send + fmt::Debug {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
+
+    /// A copy of this drafter that continues from its state, for a sequence
+    /// that branches from this one (parallel sampling, beam search): on the
+    /// same calls the copy drafts as this drafter would (recall's, see
+    /// [`Speculative::fork`](crate::Speculative::fork)), and nothing is
+    /// re-indexed. Shared state (ngram-mod's pool, recall's engine-wide
+    /// memory) stays shared. `None` by default: the drafter cannot fork, and
+    /// neither can a [`Speculative`](crate::Speculative) holding it
+    /// ([`Speculative::fork`](crate::Speculative::fork)). Every strategy of
+    /// this crate forks.
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        None
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -167,5 +226,8 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         (**self).as_any()
+    }
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        (**self).fork()
     }
 }

@@ -66,12 +66,17 @@
 //!
 //! Keep one [`Speculative`] per sequence (it is `Send`). ngram-mod's
 //! [`NgramPool`] is `Send + Sync` and meant to be shared by all sequences of an
-//! engine: build them with [`Speculative::with_pool`].
+//! engine: build them with [`Speculative::with_pool`]. A sequence that
+//! branches (parallel sampling, beam search) forks its `Speculative`
+//! ([`Speculative::fork`]): the branch continues from its state.
 //!
 //! # Token ids
 //!
 //! [`Token`] is `u32`. Engines with `i32` ids convert with `as u32`: hashes
-//! treat ids as llama.cpp treats its `i32` tokens. The id `u32::MAX` (`-1`) is
+//! treat ids as llama.cpp treats its `i32` tokens. Or they keep no `u32` copy
+//! of the history: [`Speculative::begin_owned`] and
+//! [`Speculative::draft_next`] take `i32` ids as they are ([`IntoToken`]) and
+//! the `Speculative` keeps the history. The id `u32::MAX` (`-1`) is
 //! ngram-mod's empty-cell marker and is never stored in its pool.
 
 #![forbid(unsafe_code)]
@@ -89,7 +94,7 @@ mod sync;
 pub mod verify;
 
 pub use config::{Config, Strategy};
-pub use drafter::{DraftLimits, Drafter, Token};
+pub use drafter::{DraftLimits, Drafter, IntoToken, Token};
 pub use error::{CacheFileProblem, Error, MemoryFileProblem, WorkloadProblem};
 pub use shared::{Budget, Shared};
 pub use speculative::Speculative;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{Config, Strategy};
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter, IntoToken, Token};
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
 use crate::{Error, Shared};
@@ -46,6 +46,12 @@ pub struct Speculative {
     misuse_reported: bool,
     /// Sequences (spans between `begin` calls) in which a misuse was reported.
     misuses: u64,
+    /// The owned history ([`Speculative::draft_next`]): empty for engines
+    /// that pass their own slices.
+    history: Vec<Token>,
+    /// The pending draft came from `draft_next`: `accept` appends its
+    /// accepted tokens to `history`.
+    owned_draft: bool,
 }
 
 /// The shape of the previous `draft` call (or of `begin`'s prompt), from
@@ -269,6 +275,69 @@ impl Speculative {
             expect: None,
             misuse_reported: false,
             misuses: 0,
+            history: Vec::new(),
+            owned_draft: false,
+        })
+    }
+
+    /// A copy that continues from this one's state, for a sequence that
+    /// branches from this one: parallel sampling (`n > 1`), beam search, an
+    /// agent's fan-out. On the same calls the fork drafts as this instance
+    /// would; nothing is re-indexed (each strategy copies its state: the cost
+    /// of a memory copy of its indexes, not of indexing the history again).
+    /// Shared state stays shared (ngram-mod's pool, recall's engine-wide
+    /// memory; a recall fork publishes only the tokens its branch adds, and
+    /// leaves the selector steps its parent has not merged yet to the
+    /// parent: forked mid-request, it drafts as the parent until its first
+    /// merge of learned steps; forked right after `begin`, exactly). The
+    /// pending draft and the owned history ([`draft_next`](Speculative::draft_next))
+    /// are copied; the fork's counters start at zero (so that the statistics
+    /// of all branches add up), as does its [`misuse_count`](Speculative::misuse_count).
+    ///
+    /// `None` when a drafter of the chain cannot fork ([`Drafter::fork`]: an
+    /// engine's own drafter that does not implement it); every strategy of
+    /// this crate can.
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;
+    /// let prompt: Vec<u32> = (0..400).map(|i| i % 50).collect();
+    /// let mut parent = Speculative::with_shared(&config, &shared)?;
+    /// parent.begin(&prompt);
+    /// // Two samples of the same prompt: the second branch forks the first.
+    /// let mut child = parent.fork().expect("selfspec's strategies fork");
+    /// assert_eq!(child.draft(&prompt, 0), parent.draft(&prompt, 0));
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    #[must_use]
+    pub fn fork(&self) -> Option<Speculative> {
+        let drafters = self
+            .drafters
+            .iter()
+            .map(|d| d.fork())
+            .collect::<Option<Vec<_>>>()?;
+        let stats = self
+            .stats
+            .iter()
+            .map(|s| DrafterStats::new(s.name.clone()))
+            .collect();
+        let mut draft = Vec::with_capacity(self.limits.max);
+        draft.extend_from_slice(&self.draft);
+        Some(Speculative {
+            drafters,
+            stats,
+            limits: self.limits,
+            pool: self.pool.clone(),
+            current: self.current,
+            source: self.source,
+            draft,
+            expect: self.expect,
+            misuse_reported: false,
+            misuses: 0,
+            history: self.history.clone(),
+            owned_draft: self.owned_draft,
         })
     }
 
@@ -285,7 +354,16 @@ impl Speculative {
     }
 
     /// A new request starts: `prompt` is the whole history the target holds.
+    ///
+    /// Clears the owned history of [`begin_owned`](Speculative::begin_owned).
     pub fn begin(&mut self, prompt: &[Token]) {
+        self.history.clear();
+        self.begin_drafters(prompt);
+    }
+
+    /// [`begin`](Speculative::begin) without touching the owned history.
+    fn begin_drafters(&mut self, prompt: &[Token]) {
+        self.owned_draft = false;
         tracing::debug!(target: "selfspec", prompt = prompt.len(), "begin");
         self.current = None;
         self.misuse_reported = false;
@@ -356,6 +434,14 @@ impl Speculative {
     /// # Ok::<(), selfspec::Error>(())
     /// ```
     pub fn draft(&mut self, history: &[Token], last: Token) -> &[Token] {
+        self.owned_draft = false;
+        self.draft_from(history, last);
+        &self.draft
+    }
+
+    /// The drafting step of [`draft`](Speculative::draft) and
+    /// [`draft_next`](Speculative::draft_next).
+    fn draft_from(&mut self, history: &[Token], last: Token) {
         self.check_history(history, last);
         self.current = None;
         self.source = None;
@@ -381,6 +467,98 @@ impl Speculative {
             self.source = Some(i);
             break;
         }
+    }
+
+    /// A new request starts with `prompt`, and this instance keeps the
+    /// history itself: the owned-history API, for engines whose token type
+    /// is not `u32` (llama.cpp bindings hold `i32` ids: see [`IntoToken`]) or
+    /// that would rather not keep a `&[u32]` copy of the history. The engine
+    /// then calls [`draft_next`](Speculative::draft_next) with each sampled
+    /// token and [`accept`](Speculative::accept) as usual; the history grows
+    /// by `[last] + draft[..n_accepted]` on its own. Tokens the target
+    /// evaluates outside drafting go in with [`extend_history`](Speculative::extend_history),
+    /// a rollback is [`truncate_history`](Speculative::truncate_history).
+    ///
+    /// The ids are converted on the way in (`i32` bit for bit, as llama.cpp's
+    /// hashes see them), so the drafts are exactly those of
+    /// [`begin`](Speculative::begin) / [`draft`](Speculative::draft) on the
+    /// converted stream. The held copy is the one [`heap_bytes`](Speculative::heap_bytes)
+    /// counts: 4 bytes a token.
+    ///
+    /// ```
+    /// use selfspec::{Config, Speculative};
+    ///
+    /// // An engine with llama.cpp's i32 ids; -1 is an ordinary id here.
+    /// let target: Vec<i32> = [-1, 10, 11, 12, 13, 14, 15, 16].repeat(8);
+    /// let prompt = &target[..24];
+    ///
+    /// let mut spec = Speculative::new(&Config::recommended())?;
+    /// spec.begin_owned(prompt);                    // no u32 copy on the engine's side
+    /// let mut n = prompt.len();                    // tokens the target has evaluated
+    /// let mut forward_passes = 0;
+    /// while n < target.len() {
+    ///     let last = target[n];                    // the token the target just sampled
+    ///     let draft = spec.draft_next(last);       // drafts after history ++ [last]
+    ///     let truth = &target[n + 1..];
+    ///     let n_accepted = draft
+    ///         .iter()
+    ///         .map(|&t| i32::from_ne_bytes(t.to_ne_bytes()))  // back to the engine's ids
+    ///         .zip(truth)
+    ///         .take_while(|(d, t)| d == *t)
+    ///         .count();
+    ///     spec.accept(n_accepted);                 // the history grows by [last] + accepted
+    ///     n += 1 + n_accepted;
+    ///     forward_passes += 1;
+    /// }
+    /// assert_eq!(spec.history().len(), target.len());
+    /// assert!(forward_passes < (target.len() - prompt.len()) / 2);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    pub fn begin_owned<T: IntoToken>(&mut self, prompt: impl IntoIterator<Item = T>) {
+        let mut history = std::mem::take(&mut self.history);
+        history.clear();
+        history.extend(prompt.into_iter().map(IntoToken::into_token));
+        self.begin_drafters(&history);
+        self.history = history;
+    }
+
+    /// Appends tokens the target has evaluated to the owned history (see
+    /// [`begin_owned`](Speculative::begin_owned)) outside the drafting steps:
+    /// a tool's output, a user turn that continues the request. Not needed
+    /// for `last` and the accepted draft tokens: [`draft_next`](Speculative::draft_next)
+    /// and [`accept`](Speculative::accept) append those.
+    pub fn extend_history<T: IntoToken>(&mut self, tokens: impl IntoIterator<Item = T>) {
+        self.history
+            .extend(tokens.into_iter().map(IntoToken::into_token));
+    }
+
+    /// Cuts the owned history back to its first `len` tokens (a rollback of
+    /// the target's cache); nothing happens when it is not longer.
+    pub fn truncate_history(&mut self, len: usize) {
+        self.history.truncate(len);
+    }
+
+    /// The owned history: the prompt of [`begin_owned`](Speculative::begin_owned),
+    /// then each [`draft_next`](Speculative::draft_next)'s `last` and the
+    /// accepted draft tokens. Empty for engines that pass their own
+    /// histories to [`draft`](Speculative::draft).
+    #[must_use]
+    pub fn history(&self) -> &[Token] {
+        &self.history
+    }
+
+    /// [`draft`](Speculative::draft) on the owned history (see
+    /// [`begin_owned`](Speculative::begin_owned)): draft tokens to verify
+    /// after `last`, the token the target just sampled. `last` then joins
+    /// the history, and [`accept`](Speculative::accept) appends the accepted
+    /// draft tokens to it.
+    pub fn draft_next<T: IntoToken>(&mut self, last: T) -> &[Token] {
+        let last = last.into_token();
+        let history = std::mem::take(&mut self.history);
+        self.draft_from(&history, last);
+        self.history = history;
+        self.history.push(last);
+        self.owned_draft = true;
         &self.draft
     }
 
@@ -437,7 +615,9 @@ impl Speculative {
     /// The target kept `n_accepted` tokens of the last draft.
     ///
     /// Nothing happens for 0 (as in llama.cpp) or without a pending draft;
-    /// counts above the draft's length are clamped to it.
+    /// counts above the draft's length are clamped to it. After
+    /// [`draft_next`](Speculative::draft_next), the accepted tokens join the
+    /// owned history.
     pub fn accept(&mut self, n_accepted: usize) {
         let Some(i) = self.current.take() else {
             return;
@@ -451,6 +631,9 @@ impl Speculative {
             // same draft is forwarded.
             self.current = Some(i);
             return;
+        }
+        if self.owned_draft {
+            self.history.extend_from_slice(&self.draft[..n_accepted]);
         }
         let stats = &mut self.stats[i];
         tracing::trace!(target: "selfspec", drafter = %stats.name, n_accepted, "accept");
@@ -475,11 +658,13 @@ impl Speculative {
         self.source
     }
 
-    /// Heap bytes held for this sequence by the strategies and the draft
-    /// buffer (the shared ngram-mod pool is not counted: see [`NgramPool::size_bytes`]).
+    /// Heap bytes held for this sequence by the strategies, the draft
+    /// buffer and the owned history (the shared ngram-mod pool is not
+    /// counted: see [`NgramPool::size_bytes`]).
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>() + self.draft.capacity() * 4
+        self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>()
+            + (self.draft.capacity() + self.history.capacity()) * 4
     }
 
     /// The `i`-th drafter of the chain (see [`Drafter::as_any`] to reach the

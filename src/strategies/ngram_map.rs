@@ -512,6 +512,10 @@ impl Drafter for NgramMap {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 #[cfg(test)]

@@ -239,7 +239,7 @@ impl NgramPool {
 /// assert_eq!(draft, [4, 5, 1]);
 /// # Ok::<(), selfspec::Error>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct NgramMod {
     n: usize,
     poly: Poly,
@@ -363,6 +363,10 @@ impl Drafter for NgramMod {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        Some(Box::new(self.clone()))
     }
 }
 

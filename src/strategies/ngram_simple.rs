@@ -99,6 +99,10 @@ impl Drafter for NgramSimple {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 //!    also changes without `begin`, ids span the whole `u32` range, and several
 //!    sequences share one pool. No panic, and every draft obeys the limits and
 //!    its strategy's provenance rule.
+//! 3. The owned-history API: random `begin_owned` / `draft_next` /
+//!    `extend_history` / `truncate_history` / `fork` sequences with any `i32`
+//!    ids draft as the slice API on the converted stream.
 
 // The oracles live with the root package's tests (the fuzz smoke uses them too).
 #[path = "../../tests/oracle/mod.rs"]
@@ -332,6 +335,93 @@ proptest! {
                     prop_assert_eq!(st.calls_begin, stats[0].calls_begin);
                 }
             }
+        }
+    }
+}
+
+/// One operation of an `i32` engine, on both APIs at once.
+#[derive(Clone, Debug)]
+enum EngineOp {
+    /// A new request; its prompt keeps this fraction of the history, then these tokens.
+    Begin(u8, Vec<i32>),
+    /// The target sampled this token; the engine then accepts this many (any value).
+    Step(i32, usize),
+    /// Tokens evaluated outside drafting.
+    Extend(Vec<i32>),
+    /// A rollback to this fraction of the history.
+    Truncate(u8),
+    /// The sequence forks; the branch goes on, the parent is dropped.
+    Fork,
+}
+
+fn engine_op() -> impl proptest::strategy::Strategy<Value = EngineOp> {
+    let token = prop_oneof![8 => 0i32..5, 1 => any::<i32>(), 1 => Just(-1i32)];
+    let tokens = prop::collection::vec(token.clone(), 0..40);
+    prop_oneof![
+        1 => (any::<u8>(), tokens.clone()).prop_map(|(f, t)| EngineOp::Begin(f, t)),
+        12 => (token, 0usize..40).prop_map(|(t, a)| EngineOp::Step(t, a)),
+        1 => tokens.prop_map(EngineOp::Extend),
+        1 => any::<u8>().prop_map(EngineOp::Truncate),
+        1 => Just(EngineOp::Fork),
+    ]
+}
+
+fn as_token(id: i32) -> Token {
+    Token::from_ne_bytes(id.to_ne_bytes())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..regressions() })]
+
+    /// `begin_owned` / `draft_next` / `extend_history` / `truncate_history`
+    /// with `i32` ids draft exactly as `begin` / `draft` on the converted
+    /// stream, through forks too, and the owned history is the engine's.
+    #[test]
+    fn owned_history_equals_the_slice_api(
+        config in config_of(any_strategy()),
+        ops in prop::collection::vec(engine_op(), 1..300),
+    ) {
+        let mut slice_api = Speculative::new(&config).unwrap();
+        let mut owned_api = Speculative::new(&config).unwrap();
+        let mut history: Vec<i32> = Vec::new();
+        let cut = |len: usize, f: u8| len * usize::from(f) / 255;
+        for op in ops {
+            match op {
+                EngineOp::Begin(f, tokens) => {
+                    history.truncate(cut(history.len(), f));
+                    history.extend_from_slice(&tokens);
+                    let prompt: Vec<Token> = history.iter().map(|&id| as_token(id)).collect();
+                    slice_api.begin(&prompt);
+                    owned_api.begin_owned(&history);
+                }
+                EngineOp::Step(last, accepted) => {
+                    let h: Vec<Token> = history.iter().map(|&id| as_token(id)).collect();
+                    let a = slice_api.draft(&h, as_token(last)).to_vec();
+                    let b = owned_api.draft_next(last).to_vec();
+                    prop_assert_eq!(&a, &b);
+                    slice_api.accept(accepted);
+                    owned_api.accept(accepted);
+                    history.push(last);
+                    // Without a draft, `accept` does nothing.
+                    let n = if a.is_empty() { 0 } else { accepted.min(a.len()) };
+                    history.extend(a[..n].iter().map(|&t| i32::from_ne_bytes(t.to_ne_bytes())));
+                }
+                EngineOp::Extend(tokens) => {
+                    history.extend_from_slice(&tokens);
+                    owned_api.extend_history(&tokens);
+                }
+                EngineOp::Truncate(f) => {
+                    let len = cut(history.len(), f);
+                    history.truncate(len);
+                    owned_api.truncate_history(len);
+                }
+                EngineOp::Fork => {
+                    slice_api = slice_api.fork().unwrap();
+                    owned_api = owned_api.fork().unwrap();
+                }
+            }
+            let h: Vec<Token> = history.iter().map(|&id| as_token(id)).collect();
+            prop_assert_eq!(owned_api.history(), &h[..]);
         }
     }
 }

@@ -470,4 +470,8 @@ impl Drafter for NgramCache {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        Some(Box::new(self.clone()))
+    }
 }

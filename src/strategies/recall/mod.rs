@@ -957,6 +957,13 @@ impl Drafter for Recall {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
+
+    /// A clone (see [`Recall`]): the child shares the engine-wide memory,
+    /// copies the rest (nothing is re-indexed) and publishes only the
+    /// tokens it adds.
+    fn fork(&self) -> Option<Box<dyn Drafter>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 impl Recall {
