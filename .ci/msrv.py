@@ -20,8 +20,10 @@ while stack:
         continue
     seen.add(pid)
     for dep in nodes[pid]["deps"]:
-        # normal and build dependencies only: what a user compiles
-        if any(k["kind"] in (None, "build") for k in dep["dep_kinds"]):
+        # normal and build dependencies only: what a user compiles (loom
+        # builds only under `--cfg loom`, for the model tests)
+        if any(k["kind"] in (None, "build") and k.get("target") != "cfg(loom)"
+               for k in dep["dep_kinds"]):
             stack.append(dep["pkg"])
 for pid in seen - {root["id"]}:
     p = pkgs[pid]

@@ -84,7 +84,7 @@ impl Session {
 ///
 /// # Errors
 ///
-/// [`Error::Workload`](crate::Error::Workload) with the 1-based line that is not a session.
+/// [`Error::Workload`] with the 1-based line that is not a session.
 #[cfg(feature = "serde")]
 pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Error> {
     let mut sessions = Vec::new();
@@ -108,7 +108,7 @@ pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Err
 ///
 /// # Errors
 ///
-/// [`Error::Workload`](crate::Error::Workload) (line 0) when the file cannot be read, or as
+/// [`Error::Workload`] (line 0) when the file cannot be read, or as
 /// [`parse_workload`].
 #[cfg(feature = "serde")]
 pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, crate::Error> {
@@ -333,6 +333,93 @@ struct Slot {
     busy: bool,
 }
 
+/// The replayed engine: its slots, the figures, the drafters' statistics.
+struct EngineReplay<'a> {
+    config: &'a Config,
+    shared: &'a Shared,
+    sessions: &'a [Session],
+    engine: Engine,
+    report: ReplayReport,
+    totals: Vec<DrafterStats>,
+}
+
+impl EngineReplay<'_> {
+    fn new_spec(&self) -> Result<Speculative, Error> {
+        Speculative::with_shared(self.config, self.shared)
+    }
+
+    /// Adds a finished drafter's statistics to the totals.
+    fn add_stats(&mut self, spec: &Speculative) {
+        if self.totals.is_empty() {
+            self.totals = spec
+                .stats()
+                .iter()
+                .map(|s| DrafterStats::new(s.name.clone()))
+                .collect();
+        }
+        for (t, s) in self.totals.iter_mut().zip(spec.stats()) {
+            t.merge(s);
+        }
+    }
+
+    /// Starts request `r` of session `s` on `slot` (a new drafter if fresh).
+    fn start(&mut self, slot: &mut Slot, s: usize, r: usize) -> Result<(), Error> {
+        if self.engine.fresh {
+            slot.spec = Some(self.new_spec()?);
+        }
+        let request = &self.sessions[s].requests[r];
+        self.report.requests += 1;
+        self.report.tokens += request.output.len() as u64;
+        slot.session = s;
+        slot.request = r;
+        slot.i = 0;
+        slot.busy = true;
+        slot.history.clear();
+        slot.history.extend_from_slice(&request.prompt);
+        if let Some(spec) = &mut slot.spec {
+            spec.begin(&slot.history);
+        }
+        Ok(())
+    }
+
+    /// One step of `slot`'s request (a draft, its verification), then the
+    /// next request of its session or a free slot when it is done.
+    fn step(&mut self, slot: &mut Slot) -> Result<(), Error> {
+        let sessions = self.sessions;
+        let output = &sessions[slot.session].requests[slot.request].output;
+        if let (true, Some(spec)) = (slot.i < output.len(), &mut slot.spec) {
+            let last = output[slot.i];
+            let draft = spec.draft(&slot.history, last);
+            let truth = &output[slot.i + 1..];
+            let n_accepted = draft.iter().zip(truth).take_while(|(d, o)| d == o).count();
+            if !draft.is_empty() {
+                self.report.drafts += 1;
+                self.report.drafted += draft.len() as u64;
+                self.report.accepted += n_accepted as u64;
+            }
+            slot.history
+                .extend_from_slice(&output[slot.i..=slot.i + n_accepted]);
+            spec.accept(n_accepted);
+            slot.i += n_accepted + 1;
+            self.report.steps += 1;
+        }
+        if slot.i >= output.len() {
+            if self.engine.fresh {
+                if let Some(spec) = slot.spec.take() {
+                    self.add_stats(&spec);
+                }
+            }
+            let (s, r) = (slot.session, slot.request + 1);
+            if r < sessions[s].requests.len() {
+                self.start(slot, s, r)?;
+            } else {
+                slot.busy = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Replays `sessions` on an engine of `engine.slots` slots sharing `shared`
 /// (the protocol of `REPLAY.md`, "Concurrent engine"). Figures are summed
 /// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`].
@@ -363,23 +450,16 @@ pub fn replay_engine(
     engine: Engine,
 ) -> Result<ReplayReport, Error> {
     config.validate()?;
-    let new_spec = || Speculative::with_shared(config, shared);
-    let mut report = ReplayReport {
-        sessions: sessions.len(),
-        ..ReplayReport::default()
-    };
-    let mut totals: Vec<DrafterStats> = Vec::new();
-    let add_stats = |totals: &mut Vec<DrafterStats>, spec: &Speculative| {
-        if totals.is_empty() {
-            *totals = spec
-                .stats()
-                .iter()
-                .map(|s| DrafterStats::new(s.name.clone()))
-                .collect();
-        }
-        for (t, s) in totals.iter_mut().zip(spec.stats()) {
-            t.merge(s);
-        }
+    let mut run = EngineReplay {
+        config,
+        shared,
+        sessions,
+        engine,
+        report: ReplayReport {
+            sessions: sessions.len(),
+            ..ReplayReport::default()
+        },
+        totals: Vec::new(),
     };
     let mut slots: Vec<Slot> = Vec::with_capacity(engine.slots.max(1));
     for _ in 0..engine.slots.max(1) {
@@ -387,7 +467,7 @@ pub fn replay_engine(
             spec: if engine.fresh {
                 None
             } else {
-                Some(new_spec()?)
+                Some(run.new_spec()?)
             },
             session: 0,
             request: 0,
@@ -397,74 +477,19 @@ pub fn replay_engine(
         });
     }
     let mut next = 0;
-    // Starts request `r` of session `s` on `slot` (a new drafter if fresh).
-    let start = |slot: &mut Slot, s: usize, r: usize| -> Result<(), Error> {
-        if engine.fresh {
-            slot.spec = Some(new_spec()?);
-        }
-        slot.session = s;
-        slot.request = r;
-        slot.i = 0;
-        slot.busy = true;
-        slot.history.clear();
-        slot.history
-            .extend_from_slice(&sessions[s].requests[r].prompt);
-        if let Some(spec) = &mut slot.spec {
-            spec.begin(&slot.history);
-        }
-        Ok(())
-    };
     loop {
+        // One round: one batched forward pass of the engine.
         let mut busy = false;
         for slot in &mut slots {
             while !slot.busy && next < sessions.len() {
                 if !sessions[next].requests.is_empty() {
-                    start(slot, next, 0)?;
-                    report.requests += 1;
-                    report.tokens += sessions[next].requests[0].output.len() as u64;
+                    run.start(slot, next, 0)?;
                 }
                 next += 1;
             }
-            if !slot.busy {
-                continue;
-            }
-            busy = true;
-            let output = &sessions[slot.session].requests[slot.request].output;
-            if slot.i < output.len() {
-                if let Some(spec) = &mut slot.spec {
-                    let last = output[slot.i];
-                    let draft = spec.draft(&slot.history, last);
-                    let n_accepted = draft
-                        .iter()
-                        .zip(&output[slot.i + 1..])
-                        .take_while(|(d, o)| d == o)
-                        .count();
-                    if !draft.is_empty() {
-                        report.drafts += 1;
-                        report.drafted += draft.len() as u64;
-                        report.accepted += n_accepted as u64;
-                    }
-                    spec.accept(n_accepted);
-                    slot.history
-                        .extend_from_slice(&output[slot.i..slot.i + n_accepted + 1]);
-                    slot.i += n_accepted + 1;
-                    report.steps += 1;
-                }
-            }
-            if slot.i >= output.len() {
-                if engine.fresh {
-                    if let Some(spec) = slot.spec.take() {
-                        add_stats(&mut totals, &spec);
-                    }
-                }
-                let (s, r) = (slot.session, slot.request + 1);
-                if r < sessions[s].requests.len() {
-                    start(slot, s, r)?;
-                    report.requests += 1;
-                    report.tokens += sessions[s].requests[r].output.len() as u64;
-                } else {
-                    slot.busy = false;
-                }
+            if slot.busy {
+                busy = true;
+                run.step(slot)?;
             }
         }
         if !busy && next >= sessions.len() {
@@ -473,10 +498,11 @@ pub fn replay_engine(
     }
     for slot in slots {
         if let Some(spec) = slot.spec {
-            add_stats(&mut totals, &spec);
+            run.add_stats(&spec);
         }
     }
-    report.draft_time = totals.iter().map(|s| s.t_draft).sum();
-    report.stats = totals;
+    let mut report = run.report;
+    report.draft_time = run.totals.iter().map(|s| s.t_draft).sum();
+    report.stats = run.totals;
     Ok(report)
 }

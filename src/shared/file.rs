@@ -226,8 +226,56 @@ impl Shared {
         shared.restore(config, name.as_ref(), bytes)?;
         Ok(shared)
     }
+}
 
-    fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+/// The recall orders the file was built with must be this build's.
+fn check_orders(r: &mut Reader<'_>, path: &Path) -> Result<(), Error> {
+    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    let n_orders = r.u32().unwrap_or(0);
+    if n_orders as usize != SAVED_ORDERS.len() {
+        let (file, config) = (u64::from(n_orders), SAVED_ORDERS.len() as u64);
+        return Err(fail(
+            12,
+            Problem::Incompatible {
+                field: "recall orders",
+                file,
+                config,
+            },
+        ));
+    }
+    for &k in &SAVED_ORDERS {
+        let at = r.at;
+        let file = u64::from(r.u32().unwrap_or(0));
+        if file != k as u64 {
+            let config = k as u64;
+            return Err(fail(
+                at,
+                Problem::Incompatible {
+                    field: "recall order",
+                    file,
+                    config,
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A memory file's header, checked: sizes that add up to the file, the
+/// checksum, and parameters this configuration can use.
+#[derive(Clone, Copy)]
+struct Header {
+    n_learned: u64,
+    n_tokens: u64,
+    n_runs: u64,
+    pool_size: u64,
+    pool_generation: u32,
+    pool_used: u64,
+}
+
+impl Header {
+    /// Reads and checks the header of `bytes` (a file of `path`).
+    fn read(config: &Config, path: &Path, bytes: &[u8]) -> Result<Header, Error> {
         let fail = |offset: usize, problem| error(path, offset as u64, problem);
         let truncated = |expected: usize| Problem::Truncated {
             expected: expected as u64,
@@ -251,33 +299,7 @@ impl Shared {
             return Err(fail(bytes.len(), truncated(HEADER + 8)));
         }
         let header = |r: &mut Reader<'_>| r.u64().unwrap_or(0);
-        let n_orders = r.u32().unwrap_or(0);
-        if n_orders as usize != SAVED_ORDERS.len() {
-            let (file, config) = (u64::from(n_orders), SAVED_ORDERS.len() as u64);
-            return Err(fail(
-                12,
-                Problem::Incompatible {
-                    field: "recall orders",
-                    file,
-                    config,
-                },
-            ));
-        }
-        for &k in &SAVED_ORDERS {
-            let at = r.at;
-            let file = u64::from(r.u32().unwrap_or(0));
-            if file != k as u64 {
-                let config = k as u64;
-                return Err(fail(
-                    at,
-                    Problem::Incompatible {
-                        field: "recall order",
-                        file,
-                        config,
-                    },
-                ));
-            }
-        }
+        check_orders(&mut r, path)?;
         let n_learned = header(&mut r);
         let _budget = header(&mut r);
         let _capacity = header(&mut r);
@@ -322,6 +344,27 @@ impl Shared {
         if stored != computed {
             return Err(fail(body, Problem::Checksum { stored, computed }));
         }
+        let header = Header {
+            n_learned,
+            n_tokens,
+            n_runs,
+            pool_size,
+            pool_generation,
+            pool_used,
+        };
+        header.check(config, path)?;
+        Ok(header)
+    }
+
+    /// Whether `config` can use what the header describes.
+    fn check(&self, config: &Config, path: &Path) -> Result<(), Error> {
+        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let Header {
+            n_learned,
+            pool_size,
+            pool_used,
+            ..
+        } = *self;
         if n_learned != 0 && n_learned != LEARNED_NUMBERS as u64 {
             return Err(fail(
                 48,
@@ -350,6 +393,22 @@ impl Shared {
                 },
             ));
         }
+        Ok(())
+    }
+}
+impl Shared {
+    fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let Header {
+            n_learned,
+            n_tokens,
+            n_runs,
+            pool_size,
+            pool_generation,
+            pool_used,
+        } = Header::read(config, path, bytes)?;
+        let body = bytes.len() - 8;
+        let mut r = Reader { bytes, at: HEADER };
         let numbers: Vec<f64> = (0..n_learned).filter_map(|_| r.f64()).collect();
         let runs_at = r.at;
         let mut runs: Vec<(u64, RunContext)> = Vec::new();

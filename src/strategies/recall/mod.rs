@@ -292,6 +292,22 @@ impl Sources<'_> {
         added
     }
 
+    /// The longest order, from `top` down, whose context (hashed in
+    /// `hashes`; `held` tokens of it exist) occurred before, its
+    /// occurrences added to `scratch`.
+    fn longest(
+        &self,
+        hashes: &[u64; K],
+        top: usize,
+        held: u64,
+        scratch: &mut Vec<Occurrence>,
+    ) -> Option<usize> {
+        (0..=top)
+            .rev()
+            .filter(|&o| held > ORDERS[o] as u64)
+            .find(|&o| self.collect(o, hashes[o], scratch) > 0)
+    }
+
     /// After a rejection: the position nearest after an anchor where the
     /// context matches best (an edit resumes copying near where it left off).
     fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<(Pos, usize)> {
@@ -356,6 +372,28 @@ struct Choice {
     share: f64,
     /// `m_bucket` of the copy pointer's match when it agrees, else 0.
     pointer: usize,
+}
+
+impl Choice {
+    /// The calibration cell of this choice at order `o` with `support`
+    /// voting occurrences, and its calibrated probability of acceptance:
+    /// the prior is the vote share, discounted for short contexts unless
+    /// the copy pointer agrees.
+    fn probability(
+        &self,
+        o: usize,
+        support: usize,
+        calibration: &calibrate::Calibration,
+    ) -> (Cell, f64) {
+        let cell = Cell::new(o, self.share, self.pointer, support);
+        let reach = if self.pointer > 0 {
+            1.0
+        } else {
+            (ORDERS[o] as f64 / 16.0).min(1.0)
+        };
+        let prior = self.share * (0.3 + 0.65 * reach);
+        (cell, calibration.probability(cell, prior))
+    }
 }
 
 /// The recall drafter (`Strategy::Recall`).
@@ -1009,22 +1047,16 @@ impl Recall {
                 .map(|(p, m)| (src.token(p), p, m));
             // Longest order whose context occurred before, with its
             // occurrences (not needed while a long match is copied).
-            let mut found = None;
             work.scratch.clear();
-            if copy.map_or(true, |(_, _, m)| m < COPY_MATCH) {
-                for o in (0..=top).rev() {
-                    if vlen - floor < ORDERS[o] as u64 + 1 {
-                        continue;
-                    }
-                    if src.collect(o, hashes[o], &mut work.scratch) > 0 {
-                        found = Some(o);
-                        top = (o + 1).min(K - 1);
-                        break;
-                    }
+            let found = if copy.map_or(true, |(_, _, m)| m < COPY_MATCH) {
+                let found = src.longest(&hashes, top, vlen - floor, &mut work.scratch);
+                if let Some(o) = found {
+                    top = (o + 1).min(K - 1);
                 }
+                found
             } else {
-                found = Some(K - 1);
-            }
+                Some(K - 1)
+            };
             if found.is_none() && copy.is_none() {
                 break;
             }
@@ -1051,14 +1083,7 @@ impl Recall {
                     (&self.weights, &self.delta),
                 ),
             };
-            let cell = Cell::new(o, choice.share, choice.pointer, work.scratch.len());
-            let reach = if choice.pointer > 0 {
-                1.0
-            } else {
-                (ORDERS[o] as f64 / 16.0).min(1.0)
-            };
-            let prior = choice.share * (0.3 + 0.65 * reach);
-            let p = calibration.probability(cell, prior);
+            let (cell, p) = choice.probability(o, work.scratch.len(), calibration);
             if cumulative * p < self.threshold {
                 break;
             }
