@@ -200,6 +200,19 @@ pub trait Drafter: Send + fmt::Debug {
     fn fork(&self) -> Option<Box<dyn Drafter>> {
         None
     }
+
+    /// The engine's price of one more verified token, relative to a forward
+    /// pass, in `[0, 1)` (see [`Speculative::set_token_cost`](crate::Speculative::set_token_cost)):
+    /// a drafter that estimates its tokens' acceptance stops where the
+    /// expected gain of the next one falls below it. Ignored by default.
+    fn set_token_cost(&mut self, _cost: f64) {}
+
+    /// The estimated probability that each token of the last draft is
+    /// accepted, given that the ones before it were (empty when the drafter
+    /// makes no estimate, the default).
+    fn probabilities(&self) -> &[f64] {
+        &[]
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -229,5 +242,11 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn fork(&self) -> Option<Box<dyn Drafter>> {
         (**self).fork()
+    }
+    fn set_token_cost(&mut self, cost: f64) {
+        (**self).set_token_cost(cost)
+    }
+    fn probabilities(&self) -> &[f64] {
+        (**self).probabilities()
     }
 }

@@ -73,6 +73,13 @@ pub enum Error {
         #[source]
         problem: CacheFileProblem,
     },
+    /// A token cost ([`Speculative::set_token_cost`](crate::Speculative::set_token_cost))
+    /// outside `[0, 1)`.
+    #[error("token cost {cost} is out of range; allowed: 0 <= cost < 1 (the price of one verified token relative to a forward pass)")]
+    TokenCost {
+        /// The cost given, as written by `{}` (a float is not `Eq`).
+        cost: String,
+    },
     /// A memory file ([`Shared::save`](crate::Shared::save) /
     /// [`Shared::load`](crate::Shared::load)) that cannot be read, written or used.
     #[error("memory file {}: byte {offset}: {problem}", path.display())]

@@ -645,6 +645,58 @@ impl Speculative {
         stats.acc_tokens += n_accepted as u64;
     }
 
+    /// Tells the drafters what one more verified token costs the engine,
+    /// relative to a forward pass, in `[0, 1)`: per call or per sequence (at
+    /// batch 1 on a GPU extra tokens are almost free, at batch 256 they are
+    /// not). recall stops where the expected gain of the next token (the
+    /// probability that the whole draft up to it is accepted) falls below
+    /// the cost; its threshold is the default. The reference strategies
+    /// ignore it (their rules are llama.cpp's).
+    ///
+    /// ```
+    /// use selfspec::{Config, Speculative};
+    ///
+    /// let mut spec = Speculative::new(&Config::recommended())?;
+    /// let text: Vec<u32> = (0..400).map(|i| i % 40).collect();
+    /// spec.begin(&text);
+    /// spec.set_token_cost(0.5)?;                 // a busy batch: only safe tokens
+    /// let safe = spec.draft(&text, 0).len();
+    /// spec.set_token_cost(0.01)?;                // batch 1: draft long
+    /// let long = spec.draft(&text, 0).len();
+    /// assert!(long >= safe);
+    /// // The estimated acceptance of each token of the last draft.
+    /// assert_eq!(spec.draft_probabilities().len(), long);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TokenCost`] for a cost outside `[0, 1)` or not finite.
+    pub fn set_token_cost(&mut self, cost: f64) -> Result<(), Error> {
+        if !(0.0..1.0).contains(&cost) {
+            return Err(Error::TokenCost {
+                cost: cost.to_string(),
+            });
+        }
+        for d in &mut self.drafters {
+            d.set_token_cost(cost);
+        }
+        Ok(())
+    }
+
+    /// The estimated probability that each token of the last draft is
+    /// accepted given the ones before it, from the drafter that produced it
+    /// (empty when it makes no estimate: the reference strategies). An
+    /// engine can cut a draft under its own policy with them.
+    #[must_use]
+    pub fn draft_probabilities(&self) -> &[f64] {
+        let Some(i) = self.source else {
+            return &[];
+        };
+        let p = self.drafters[i].probabilities();
+        &p[..p.len().min(self.draft.len())]
+    }
+
     /// The draft returned by the last [`draft`](Speculative::draft) call.
     #[must_use]
     pub fn last_draft(&self) -> &[Token] {

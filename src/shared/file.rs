@@ -113,7 +113,11 @@ impl Shared {
         })
     }
 
-    fn to_bytes(&self) -> Vec<u8> {
+    /// The memory file's bytes (what [`save`](Shared::save) writes), for
+    /// an engine that stores them elsewhere; [`Shared::from_bytes`] reads
+    /// them back.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
         let recall = self.existing_recall_memory();
         let pool = self.existing_pool();
         let learned = recall
@@ -222,7 +226,21 @@ impl Shared {
         name: impl AsRef<Path>,
         bytes: &[u8],
     ) -> Result<Shared, Error> {
-        let shared = Shared::new(config)?;
+        Shared::from_bytes_with_budget(config, Budget::default(), name, bytes)
+    }
+
+    /// Like [`from_bytes`](Shared::from_bytes), with recall's memory held to `budget`.
+    ///
+    /// # Errors
+    ///
+    /// As [`load_with_budget`](Shared::load_with_budget).
+    pub fn from_bytes_with_budget(
+        config: &Config,
+        budget: Budget,
+        name: impl AsRef<Path>,
+        bytes: &[u8],
+    ) -> Result<Shared, Error> {
+        let shared = Shared::with_budget(config, budget)?;
         shared.restore(config, name.as_ref(), bytes)?;
         Ok(shared)
     }

@@ -18,11 +18,10 @@
 mod oracle;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use proptest::prelude::*;
 use selfspec::Strategy as S;
-use selfspec::{Config, NgramPool, Speculative, Token};
+use selfspec::{Budget, Config, Shared, Speculative, Token};
 
 fn strategy() -> impl proptest::strategy::Strategy<Value = S> {
     prop_oneof![
@@ -228,6 +227,12 @@ enum Op {
     RewriteSilently(u8, Token),
     /// `accept` with no draft pending.
     StrayAccept(usize),
+    /// The request ends and the engine builds a fresh drafter for the next
+    /// (the old one is dropped: its tokens go to the engine-wide memory).
+    Fresh,
+    /// The engine restarts: the engine-wide state is saved and loaded, and
+    /// every sequence gets a fresh drafter on the loaded state.
+    SaveLoad,
 }
 
 fn op(alphabet: u32) -> impl proptest::strategy::Strategy<Value = Op> {
@@ -238,6 +243,8 @@ fn op(alphabet: u32) -> impl proptest::strategy::Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::CutSilently),
         1 => (any::<u8>(), token).prop_map(|(f, t)| Op::RewriteSilently(f, t)),
         1 => (0usize..1000).prop_map(Op::StrayAccept),
+        1 => Just(Op::Fresh),
+        1 => Just(Op::SaveLoad),
     ]
 }
 
@@ -256,11 +263,16 @@ proptest! {
         config in config_of(any_strategy()),
         sequences in prop::collection::vec(prop::collection::vec(op(5), 1..200), 1..4),
     ) {
-        let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
+        // The smallest budget, so that the engine-wide memory wraps.
+        let budget = Budget { memory: 64 << 10, sequence: 64 << 10 };
+        let mut shared = Shared::with_budget(&config, budget).unwrap();
         let mut specs: Vec<Speculative> = sequences
             .iter()
-            .map(|_| Speculative::with_pool(&config, pool.clone()).unwrap())
+            .map(|_| Speculative::with_shared(&config, &shared).unwrap())
             .collect();
+        // The pool, the memory's 1024 tokens at 84 bytes, the smallest bucket
+        // arrays and the learned tables.
+        let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
         let mut histories = vec![Vec::<Token>::new(); sequences.len()];
         // Every token any sequence has shown the pool: ngram-mod drafts only these.
         let mut seen: HashSet<Token> = HashSet::new();
@@ -319,7 +331,17 @@ proptest! {
                         }
                     }
                     Op::StrayAccept(n) => spec.accept(*n),
+                    Op::Fresh => *spec = Speculative::with_shared(&config, &shared).unwrap(),
+                    Op::SaveLoad => {
+                        let bytes = shared.to_bytes();
+                        shared = Shared::from_bytes_with_budget(&config, budget, "chaos", &bytes).unwrap();
+                        prop_assert_eq!(shared.to_bytes(), bytes);
+                        for spec in specs.iter_mut() {
+                            *spec = Speculative::with_shared(&config, &shared).unwrap();
+                        }
+                    }
                 }
+                prop_assert!(shared.heap_bytes() <= bound, "{} > {}", shared.heap_bytes(), bound);
             }
         }
         for spec in &specs {

@@ -7,9 +7,8 @@
 mod oracle;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use selfspec::{Config, NgramPool, Speculative, Strategy, Token};
+use selfspec::{Budget, Config, Shared, Speculative, Strategy, Token};
 
 /// Reads bytes from the fuzzer's input; zeros once it is used up.
 pub struct Bytes<'a>(&'a [u8]);
@@ -99,17 +98,25 @@ fn follows_key(history: &[Token], last: Token, n: usize, draft: &[Token]) -> boo
         .any(|j| history[j..j + n] == key[..] && history[j + n..].starts_with(draft))
 }
 
-/// Two sequences sharing one pool, driven by arbitrary operations, including
-/// histories that change without `begin` and stray `accept`s. Panics when a
-/// draft breaks the limits or its strategy's provenance rule.
+/// Two sequences on one engine-wide `Shared` (the smallest budget, so its
+/// memory wraps), driven by arbitrary operations: histories that change
+/// without `begin`, stray `accept`s, fresh drafters for new requests, and
+/// saving and loading the shared state between them. Panics when a draft
+/// breaks the limits or its strategy's provenance rule, or the shared state
+/// its bound.
 pub fn chaos(data: &[u8]) {
     let mut b = Bytes(data);
     let config = config(&mut b, true);
     let alphabet = 2 + b.byte() % 7;
-    let pool = Arc::new(NgramPool::new(config.pool_size).unwrap());
+    let budget = Budget {
+        memory: 64 << 10,
+        sequence: 64 << 10,
+    };
+    let mut shared = Shared::with_budget(&config, budget).unwrap();
+    let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
     let mut specs = [
-        Speculative::with_pool(&config, pool.clone()).unwrap(),
-        Speculative::with_pool(&config, pool.clone()).unwrap(),
+        Speculative::with_shared(&config, &shared).unwrap(),
+        Speculative::with_shared(&config, &shared).unwrap(),
     ];
     let mut histories: [Vec<Token>; 2] = Default::default();
     let mut seen: HashSet<Token> = HashSet::new();
@@ -117,7 +124,7 @@ pub fn chaos(data: &[u8]) {
         let op = b.byte();
         let s = (op >> 7) as usize;
         let (spec, history) = (&mut specs[s], &mut histories[s]);
-        match op % 8 {
+        match op % 10 {
             0 => {
                 let keep = history.len() * b.byte() as usize / 255;
                 history.truncate(keep);
@@ -166,8 +173,22 @@ pub fn chaos(data: &[u8]) {
                     history[at] = b.token(alphabet);
                 }
             }
-            _ => spec.accept(b.byte() as usize * 1000),
+            7 => spec.accept(b.byte() as usize * 1000),
+            8 => *spec = Speculative::with_shared(&config, &shared).unwrap(),
+            _ => {
+                let bytes = shared.to_bytes();
+                shared = Shared::from_bytes_with_budget(&config, budget, "chaos", &bytes).unwrap();
+                assert_eq!(shared.to_bytes(), bytes);
+                for spec in specs.iter_mut() {
+                    *spec = Speculative::with_shared(&config, &shared).unwrap();
+                }
+            }
         }
+        assert!(
+            shared.heap_bytes() <= bound,
+            "{} > {bound}",
+            shared.heap_bytes()
+        );
     }
     for spec in &specs {
         for st in spec.stats() {

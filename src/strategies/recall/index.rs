@@ -66,14 +66,18 @@ impl Hasher {
         len: u64,
         at: impl Fn(u64) -> Token,
     ) {
-        let have = len - floor;
-        let t = at(len - 1);
+        // Positions may wrap below 0 (the context of the engine-wide
+        // memory's first run stands before it): modular arithmetic, and
+        // `at` maps them.
+        let have = len.wrapping_sub(floor);
+        let t = at(len.wrapping_sub(1));
         for (o, &k) in ORDERS.iter().enumerate() {
             let k = k as u64;
             if have > k {
-                rolling[o] = self.polys[o].roll(rolling[o], at(len - k - 1), t);
+                rolling[o] = self.polys[o].roll(rolling[o], at(len.wrapping_sub(k + 1)), t);
             } else if have == k {
-                rolling[o] = self.polys[o].hash((len - k..len).map(&at));
+                let first = len.wrapping_sub(k);
+                rolling[o] = self.polys[o].hash((0..k).map(|i| at(first.wrapping_add(i))));
             }
         }
     }

@@ -343,8 +343,7 @@ impl RecallMemory {
     ) -> u64 {
         let tokens = &tokens[tokens.len().saturating_sub(self.capacity as usize)..];
         let start = self.end.load(Ordering::Relaxed);
-        let keep = ORDERS[K - 1].min(usize::try_from(start).unwrap_or(usize::MAX));
-        let context = &context[context.len().saturating_sub(keep)..];
+        let context = &context[context.len().saturating_sub(ORDERS[K - 1])..];
         let new_end = start + tokens.len() as u64;
         // Raise the floor before any slot below it is reused.
         if new_end > self.capacity {
@@ -488,12 +487,11 @@ impl RecallMemory {
             ..
         } = w;
         let (virtual_start, context) = context;
-        let start = virtual_start.wrapping_add(context.len() as u64);
-        hasher.roll(rolling, len - *run, len, |j| {
-            if j < start {
-                context[(j.wrapping_sub(virtual_start)) as usize]
-            } else {
-                view.token(j)
+        hasher.roll(rolling, len.wrapping_sub(*run), len, |j| {
+            // Positions from `virtual_start` (modulo 2^64) are the context's.
+            match context.get(j.wrapping_sub(virtual_start) as usize) {
+                Some(&t) => t,
+                None => view.token(j),
             }
         });
     }

@@ -38,6 +38,10 @@ use score::{Features, Weights};
 
 /// Occurrences examined at the longest matching order.
 const OCCURRENCES: usize = 8;
+/// The engine-wide memory is asked at an order only when the session's own
+/// index has fewer occurrences than this there: a memory probe is a few
+/// cache misses, and the session's own evidence weighs four times more.
+const MEMORY_BELOW: usize = 1;
 /// Weight of an occurrence in the current session relative to the
 /// engine-wide memory's (earlier turns of a chat, the file being edited).
 const SESSION_WEIGHT: f64 = 4.0;
@@ -275,7 +279,7 @@ impl Sources<'_> {
             added += 1;
             added < OCCURRENCES
         });
-        if added < OCCURRENCES && !self.memory.is_empty() {
+        if added < MEMORY_BELOW && !self.memory.is_empty() {
             occurrences(&self.memory, o, tag, |e| {
                 if self.mirrored.iter().any(|&(a, b)| e >= a && e < b) {
                     return true;
@@ -363,6 +367,8 @@ struct Work {
     /// The cells of the last draft's tokens, and their source positions.
     pending: Vec<Cell>,
     sources: Vec<Pos>,
+    /// Each drafted token's calibrated probability of acceptance.
+    probabilities: Vec<f64>,
 }
 
 /// The token chosen at one draft position.
@@ -728,6 +734,7 @@ impl Work {
         self.chosen.clear();
         self.pending.clear();
         self.sources.clear();
+        self.probabilities.clear();
     }
 
     /// Scores the distinct continuations of the occurrences in `scratch`
@@ -939,6 +946,7 @@ impl Drafter for Recall {
             draft.truncate(base);
             self.work.pending.clear();
             self.work.sources.clear();
+            self.work.probabilities.clear();
         }
         self.awaiting = Some((0, history.len() + 2));
     }
@@ -994,6 +1002,19 @@ impl Drafter for Recall {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+
+    /// The stop threshold is the token cost: drafting stops where the
+    /// probability that the draft up to the next token is accepted falls
+    /// below it.
+    fn set_token_cost(&mut self, cost: f64) {
+        if cost.is_finite() {
+            self.threshold = cost.clamp(0.001, 0.999);
+        }
+    }
+
+    fn probabilities(&self) -> &[f64] {
+        &self.work.probabilities
     }
 
     /// A clone (see [`Recall`]): the child shares the engine-wide memory,
@@ -1093,6 +1114,7 @@ impl Recall {
             work.chosen.push(token);
             work.pending.push(cell);
             work.sources.push(choice.source);
+            work.probabilities.push(p);
             let drafted = &draft[base..];
             pointer = Some(match copy {
                 Some((ct, cp, m)) if ct == token && cp == choice.source => (cp.later(1), m + 1),

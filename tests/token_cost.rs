@@ -1,0 +1,109 @@
+//! The engine's token cost (`Speculative::set_token_cost`) and the per-token
+//! acceptance probabilities of a draft (`Speculative::draft_probabilities`).
+
+mod common;
+
+use selfspec::replay::Session;
+use selfspec::{Config, Error, Speculative, Strategy, Token};
+
+/// Replays `sessions` with `cost` set before every draft call: (drafted,
+/// accepted, steps), and checks the probabilities of every draft.
+fn replay_at(config: &Config, cost: Option<f64>, sessions: &[Session]) -> (u64, u64, u64) {
+    let mut spec = Speculative::new(config).unwrap();
+    let (mut drafted, mut accepted, mut steps) = (0, 0, 0);
+    for request in sessions.iter().flat_map(|s| &s.requests) {
+        let mut history: Vec<Token> = request.prompt.clone();
+        spec.begin(&history);
+        let mut i = 0;
+        while i < request.output.len() {
+            if let Some(cost) = cost {
+                spec.set_token_cost(cost).unwrap();
+            }
+            let draft = spec.draft(&history, request.output[i]).to_vec();
+            let p = spec.draft_probabilities();
+            if config
+                .strategies
+                .iter()
+                .all(|s| matches!(s, Strategy::Recall { .. }))
+            {
+                assert_eq!(p.len(), draft.len());
+                assert!(p.iter().all(|&x| x > 0.0 && x <= 1.0), "{p:?}");
+                // The stop rule: every drafted prefix's probability of being
+                // accepted whole is at least the cost.
+                let whole: f64 = p.iter().product();
+                assert!(draft.is_empty() || whole >= cost.unwrap_or(0.13).max(0.001) - 1e-12);
+            } else {
+                assert!(p.is_empty());
+            }
+            let n = draft
+                .iter()
+                .zip(&request.output[i + 1..])
+                .take_while(|(d, o)| d == o)
+                .count();
+            history.extend_from_slice(&request.output[i..=i + n]);
+            spec.accept(n);
+            drafted += draft.len() as u64;
+            accepted += n as u64;
+            steps += 1;
+            i += n + 1;
+        }
+    }
+    (drafted, accepted, steps)
+}
+
+fn sample(name: &str) -> Vec<Session> {
+    common::load_workload(common::manifest_path(&format!(
+        "examples/data/{name}.jsonl"
+    )))
+}
+
+#[test]
+fn costs_outside_zero_to_one_are_errors() {
+    let mut spec = Speculative::new(&Config::recommended()).unwrap();
+    for bad in [-0.01, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+        let e = spec.set_token_cost(bad).unwrap_err();
+        assert!(matches!(e, Error::TokenCost { .. }), "{e}");
+        assert!(e.to_string().contains("0 <= cost < 1"), "{e}");
+    }
+    for good in [0.0, 0.13, 0.999] {
+        spec.set_token_cost(good).unwrap();
+    }
+}
+
+#[test]
+fn the_default_cost_is_recalls_threshold() {
+    let sessions = &sample("sample-chat")[..6];
+    let config = Config::recommended();
+    assert_eq!(
+        replay_at(&config, None, sessions),
+        replay_at(&config, Some(0.13), sessions)
+    );
+}
+
+#[test]
+fn a_higher_cost_drafts_less_and_more_safely() {
+    let sessions = &sample("sample-chat")[..10];
+    let config = Config::recommended();
+    let figures: Vec<(u64, u64, u64)> = [0.03, 0.13, 0.4]
+        .iter()
+        .map(|&c| replay_at(&config, Some(c), sessions))
+        .collect();
+    for pair in figures.windows(2) {
+        let ((d0, a0, _), (d1, a1, _)) = (pair[0], pair[1]);
+        assert!(d1 < d0, "drafted {figures:?}");
+        assert!(
+            a1 as f64 / d1 as f64 > a0 as f64 / d0 as f64,
+            "acceptance {figures:?}"
+        );
+    }
+}
+
+#[test]
+fn the_reference_strategies_ignore_the_cost() {
+    let sessions = &sample("sample-code-edit")[..2];
+    let config = Config::llama_cpp_chain();
+    assert_eq!(
+        replay_at(&config, None, sessions),
+        replay_at(&config, Some(0.9), sessions)
+    );
+}
