@@ -64,11 +64,12 @@
 //!
 //! # Sharing
 //!
-//! Keep one [`Speculative`] per sequence (it is `Send`). ngram-mod's
-//! [`NgramPool`] is `Send + Sync` and meant to be shared by all sequences of an
-//! engine: build them with [`Speculative::with_pool`]. A sequence that
-//! branches (parallel sampling, beam search) forks its `Speculative`
-//! ([`Speculative::fork`]): the branch continues from its state.
+//! Build one [`Shared`] per engine (`Clone + Send + Sync`): it holds what is
+//! learned across sequences (ngram-mod's pool, recall's memory of earlier
+//! requests and its calibration). Build one [`Speculative`] per sequence or
+//! per request on it with [`Speculative::with_shared`], on any thread;
+//! [`Speculative::new`] makes a private one. [`Shared::save`] and
+//! [`Shared::load`] carry it across restarts.
 //!
 //! # Token ids
 //!
