@@ -35,7 +35,7 @@ impl Cell {
             * SUPPORT_BUCKETS
             + support;
         // CELLS < 2^16.
-        Cell(i as u16)
+        Cell(u16::try_from(i).unwrap_or(u16::MAX))
     }
 
     pub(super) fn index(self) -> usize {
@@ -142,8 +142,11 @@ impl Calibration {
         if pairs.len() != 2 * CELLS || !pairs.iter().all(|&x| whole(x)) {
             return false;
         }
+        // Whole numbers in 0..2^30 (checked above): exact as integers.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let count = |x: f64| x as u64;
         for (c, p) in self.cells.iter().zip(pairs.chunks_exact(2)) {
-            c.store(Counts::new(p[0] as u64, p[1] as u64).0, Ordering::Relaxed);
+            c.store(Counts::new(count(p[0]), count(p[1])).0, Ordering::Relaxed);
         }
         true
     }

@@ -35,6 +35,20 @@ pub(super) const MAX_MATCH: usize = 64;
 /// Chain entries examined per probe: four per occurrence wanted.
 pub(super) const STEPS: usize = 32;
 
+/// A logical position or a length as a slice index (positions stay far
+/// below 2^32: capacities are at most 2^30 tokens).
+#[inline]
+pub(super) fn ix(x: u64) -> usize {
+    usize::try_from(x).unwrap_or(usize::MAX)
+}
+
+/// A small count (a match length, a candidate index, a position in a
+/// per-sequence index of at most 2^30 tokens) in 32 bits.
+#[inline]
+pub(super) fn small(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
 /// 32 bits of a context's hash, well spread: the high half of one multiply
 /// (each order has its own buckets, so the order need not enter).
 #[inline]
@@ -144,7 +158,7 @@ pub(super) fn match_len<C: Chains>(
     if itself && p == vlen {
         return 0;
     }
-    let room = (p - c.floor().min(p)).min(vlen - vfloor.min(vlen)) as usize;
+    let room = ix((p - c.floor().min(p)).min(vlen - vfloor.min(vlen)));
     let limit = MAX_MATCH.min(room);
     let mut m = 0;
     while m < limit && c.token(p - 1 - m as u64) == v(vlen - 1 - m as u64) {
@@ -203,7 +217,7 @@ impl SeqIndex {
 
     /// The tokens held, oldest first, from logical position `from`.
     pub(super) fn tokens_from(&self, from: u64) -> &[Token] {
-        let at = from.saturating_sub(self.base).min(self.stream.len() as u64) as usize;
+        let at = ix(from.saturating_sub(self.base).min(self.stream.len() as u64));
         &self.stream[at..]
     }
 
@@ -256,7 +270,7 @@ impl SeqIndex {
         self.stream.push(t);
         let len = self.stream.len();
         let stream = &self.stream;
-        hasher.roll(&mut self.rolling, 0, len as u64, |j| stream[j as usize]);
+        hasher.roll(&mut self.rolling, 0, len as u64, |j| stream[ix(j)]);
         let mut entry = [(0, NONE); K];
         for (o, &k) in ORDERS.iter().enumerate() {
             if len < k {
@@ -265,7 +279,7 @@ impl SeqIndex {
             let tag = tag_of(self.rolling[o]);
             let b = (tag >> (32 - self.bits)) as usize;
             entry[o] = (tag, self.heads[o][b]);
-            self.heads[o][b] = len as u32;
+            self.heads[o][b] = small(len);
         }
         self.links.push(entry);
         if len > MAX_LOAD * self.heads[0].len() {
@@ -307,7 +321,7 @@ impl SeqIndex {
                 if e >= k {
                     let b = (entry[o].0 >> shift) as usize;
                     entry[o].1 = self.heads[o][b];
-                    self.heads[o][b] = e as u32;
+                    self.heads[o][b] = small(e);
                 }
             }
         }
@@ -325,7 +339,7 @@ impl Chains for SeqIndex {
     }
     #[inline]
     fn token(&self, p: u64) -> Token {
-        self.stream[(p - self.base) as usize]
+        self.stream[ix(p - self.base)]
     }
     #[inline]
     fn first(&self, o: usize, tag: u32) -> Option<u64> {
@@ -334,7 +348,7 @@ impl Chains for SeqIndex {
     }
     #[inline]
     fn link(&self, e: u64, o: usize) -> (u32, Option<u64>) {
-        let (tag, previous) = self.links[(e - self.base - 1) as usize][o];
+        let (tag, previous) = self.links[ix(e - self.base - 1)][o];
         (
             tag,
             (previous != NONE).then(|| self.base + u64::from(previous)),

@@ -25,8 +25,9 @@ use crate::drafter::Token;
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
 
 use super::calibrate::{Calibration, CELLS};
-use super::index::{tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
+use super::index::{ix, tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
 use super::score::Weights;
+use crate::index::low32;
 
 /// Positions per chunk (chunks are allocated as the memory fills).
 const CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 10 };
@@ -37,7 +38,7 @@ pub(super) const MIN_CAPACITY: u64 = if cfg!(loom) { 4 } else { 1 << 10 };
 /// The tokens a budget of `budget` bytes holds: the largest power of two
 /// whose 84 bytes each fit, at least 1024, at most 2^30.
 pub(super) fn capacity_of(budget: usize) -> usize {
-    let tokens = (budget / BYTES_PER_TOKEN).max(MIN_CAPACITY as usize);
+    let tokens = (budget / BYTES_PER_TOKEN).max(ix(MIN_CAPACITY));
     (1usize << (usize::BITS - 1 - tokens.leading_zeros())).min(1 << 30)
 }
 
@@ -77,7 +78,7 @@ fn atomics32(n: usize) -> std::sync::Arc<[AtomicU32]> {
 
 impl Tables {
     fn bytes(&self) -> usize {
-        4 * self.heads.len() + self.chunks.len() * (CHUNK as usize) * (4 + 8 * K)
+        4 * self.heads.len() + self.chunks.len() * ix(CHUNK) * (4 + 8 * K)
     }
 }
 
@@ -102,7 +103,7 @@ impl RunContext {
         let tokens = &tokens[tokens.len().saturating_sub(ORDERS[K - 1])..];
         let mut out = RunContext::default();
         out.tokens[..tokens.len()].copy_from_slice(tokens);
-        out.len = tokens.len() as u8;
+        out.len = u8::try_from(tokens.len()).unwrap_or(0);
         out
     }
 
@@ -196,13 +197,13 @@ impl RecallMemory {
 
     /// Tokens it can hold; older ones are forgotten first.
     pub fn capacity(&self) -> usize {
-        self.capacity as usize
+        ix(self.capacity)
     }
 
     /// Tokens held now.
     pub fn len(&self) -> usize {
         let end = self.end.load(Ordering::Acquire);
-        (end - self.floor.load(Ordering::Acquire).min(end)) as usize
+        ix(end - self.floor.load(Ordering::Acquire).min(end))
     }
 
     /// Whether nothing is held.
@@ -254,7 +255,7 @@ impl RecallMemory {
         };
         let mut rolling = [0; K];
         let n = context.len() as u64;
-        Hasher::new().roll(&mut rolling, 0, n, |j| context[j as usize]);
+        Hasher::new().roll(&mut rolling, 0, n, |j| context[ix(j)]);
         let mut snapshot = self.snapshot();
         let view = self.view(&mut snapshot);
         let mut out = Vec::new();
@@ -341,7 +342,7 @@ impl RecallMemory {
         tokens: &[Token],
         may_grow: bool,
     ) -> u64 {
-        let tokens = &tokens[tokens.len().saturating_sub(self.capacity as usize)..];
+        let tokens = &tokens[tokens.len().saturating_sub(ix(self.capacity))..];
         let start = self.end.load(Ordering::Relaxed);
         let context = &context[context.len().saturating_sub(ORDERS[K - 1])..];
         let new_end = start + tokens.len() as u64;
@@ -366,7 +367,7 @@ impl RecallMemory {
             let Writer {
                 hasher, rolling, ..
             } = &mut *w;
-            hasher.roll(rolling, 0, i as u64, |j| context[j as usize]);
+            hasher.roll(rolling, 0, i as u64, |j| context[ix(j)]);
         }
         for (p, &t) in (start..).zip(tokens) {
             self.write(&tables, &mut w, p, t, (virtual_start, context));
@@ -380,7 +381,7 @@ impl RecallMemory {
     fn ensure(&self, new_end: u64, may_grow: bool) -> Arc<Tables> {
         let tables = read_arc(&self.tables);
         let held = new_end.min(self.capacity);
-        let chunks = held.div_ceil(CHUNK) as usize;
+        let chunks = ix(held.div_ceil(CHUNK));
         let max_bits = (self.capacity / 2).trailing_zeros().max(MIN_BITS);
         let bits = if may_grow && held > (MAX_LOAD as u64) << tables.bits {
             (held.next_power_of_two() / 2)
@@ -438,7 +439,7 @@ impl RecallMemory {
                     u64::from(tag) << 32 | u64::from(previous),
                     Ordering::Relaxed,
                 );
-                head.store(e as u32, Ordering::Relaxed);
+                head.store(low32(e), Ordering::Relaxed);
             }
         }
     }
@@ -475,7 +476,7 @@ impl RecallMemory {
                 Ordering::Relaxed,
             );
             // The link is visible to whoever sees the head.
-            head.store(p as u32, Ordering::Release);
+            head.store(low32(p), Ordering::Release);
         }
         // Then roll the hashes over it, for the contexts ending after it.
         w.run += 1;
@@ -489,7 +490,7 @@ impl RecallMemory {
         let (virtual_start, context) = context;
         hasher.roll(rolling, len.wrapping_sub(*run), len, |j| {
             // Positions from `virtual_start` (modulo 2^64) are the context's.
-            match context.get(j.wrapping_sub(virtual_start) as usize) {
+            match context.get(ix(j.wrapping_sub(virtual_start))) {
                 Some(&t) => t,
                 None => view.token(j),
             }
@@ -521,11 +522,11 @@ impl View<'_> {
         // Ahead of the end: written by a batch not yet published (its links
         // are, its tokens are not used). Capacities stay below 2^30, so
         // ahead and behind cannot be confused.
-        let ahead = u64::from(e.wrapping_sub(self.end as u32));
+        let ahead = u64::from(e.wrapping_sub(low32(self.end)));
         if ahead <= self.mask + 1 {
             return Some(self.end + ahead);
         }
-        let back = u64::from((self.end as u32).wrapping_sub(e));
+        let back = u64::from(low32(self.end).wrapping_sub(e));
         (back <= self.mask + 1 && back <= self.end).then(|| self.end - back)
     }
 }
@@ -561,6 +562,6 @@ impl Chains for View<'_> {
             return (0, None);
         };
         let link = chunk.links[at * K + o].load(Ordering::Relaxed);
-        ((link >> 32) as u32, self.widen(link as u32))
+        (low32(link >> 32), self.widen(low32(link)))
     }
 }

@@ -4,10 +4,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{Config, Strategy};
-use crate::drafter::{DraftLimits, Drafter, IntoToken, Token};
+use crate::drafter::{DraftLimits, Drafter, Token};
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
 use crate::{Error, Shared};
+
+mod misuse;
+mod owned;
+
+use misuse::Expect;
 
 /// Drafts for one sequence: llama.cpp's `common_speculative`.
 ///
@@ -52,97 +57,6 @@ pub struct Speculative {
     /// The pending draft came from `draft_next`: `accept` appends its
     /// accepted tokens to `history`.
     owned_draft: bool,
-}
-
-/// The shape of the previous `draft` call (or of `begin`'s prompt), from
-/// which the next history's length and tail follow.
-#[derive(Clone, Copy, Debug)]
-struct Expect {
-    /// Length of the previous history (or of the prompt).
-    base: usize,
-    /// Its last token.
-    base_tail: Option<Token>,
-    /// The previous `last` (`None` right after `begin`: the next history is
-    /// the prompt itself).
-    last: Option<Token>,
-    /// Draft tokens accepted since (the first `accepted` of `draft`).
-    accepted: usize,
-}
-
-/// The two engine mistakes [`Speculative::draft`] reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Misuse {
-    /// The history already holds `last`.
-    LastIncluded,
-    /// The history did not grow by `last` and the accepted draft tokens.
-    NotExtended,
-}
-
-impl Expect {
-    fn len(&self) -> usize {
-        self.base + usize::from(self.last.is_some()) + self.accepted
-    }
-
-    /// `h[..base]` ends as the previous history did, then `[last] + accepted`
-    /// follows from `base` on (only as far as `h` reaches).
-    fn tail_matches(&self, h: &[Token], base: usize, accepted: &[Token]) -> bool {
-        if let Some(before) = base.checked_sub(1) {
-            if h.get(before) != self.base_tail.as_ref() {
-                return false;
-            }
-        }
-        let mut i = base;
-        if let Some(last) = self.last {
-            match h.get(i) {
-                Some(&t) if t == last => i += 1,
-                Some(_) => return false,
-                None => return true,
-            }
-        }
-        let rest = &h[i.min(h.len())..];
-        let n = rest.len().min(accepted.len());
-        rest[..n] == accepted[..n]
-    }
-
-    /// Classifies `history` (with the new `last`) against this expectation;
-    /// `accepted` are the accepted draft tokens. `None`: right, or a rewrite.
-    fn check(&self, history: &[Token], last: Token, accepted: &[Token]) -> Option<Misuse> {
-        let want = self.len();
-        let len = history.len();
-        // Right: exactly the previous history + [last] + accepted.
-        if len == want && self.tail_matches(history, self.base, accepted) {
-            return None;
-        }
-        let ends_with_last = history.last() == Some(&last);
-        // (a) The same, with the new `last` already appended.
-        if len == want + 1 && ends_with_last && self.tail_matches(history, self.base, accepted) {
-            return Some(Misuse::LastIncluded);
-        }
-        // (a), made every step: the previous history already ended with its
-        // `last` (so it sits at base - 1), then the accepted tokens and the new `last`.
-        if let (Some(prev_last), Some(before)) = (self.last, self.base.checked_sub(1)) {
-            if len == self.base + self.accepted + 1
-                && ends_with_last
-                && self.base_tail == Some(prev_last)
-                && history.get(before) == Some(&prev_last)
-                && history[self.base..len - 1] == *accepted
-            {
-                return Some(Misuse::LastIncluded);
-            }
-            // (b) `last` appended, the accepted tokens not.
-            if self.accepted > 0
-                && len == self.base + 1
-                && self.tail_matches(history, self.base, accepted)
-            {
-                return Some(Misuse::NotExtended);
-            }
-            // (b) Nothing appended: the previous history again.
-            if len == self.base && history.last() == self.base_tail.as_ref() {
-                return Some(Misuse::NotExtended);
-            }
-        }
-        None
-    }
 }
 
 impl Speculative {
@@ -467,149 +381,6 @@ impl Speculative {
             self.source = Some(i);
             break;
         }
-    }
-
-    /// A new request starts with `prompt`, and this instance keeps the
-    /// history itself: the owned-history API, for engines whose token type
-    /// is not `u32` (llama.cpp bindings hold `i32` ids: see [`IntoToken`]) or
-    /// that would rather not keep a `&[u32]` copy of the history. The engine
-    /// then calls [`draft_next`](Speculative::draft_next) with each sampled
-    /// token and [`accept`](Speculative::accept) as usual; the history grows
-    /// by `[last] + draft[..n_accepted]` on its own. Tokens the target
-    /// evaluates outside drafting go in with [`extend_history`](Speculative::extend_history),
-    /// a rollback is [`truncate_history`](Speculative::truncate_history).
-    ///
-    /// The ids are converted on the way in (`i32` bit for bit, as llama.cpp's
-    /// hashes see them), so the drafts are exactly those of
-    /// [`begin`](Speculative::begin) / [`draft`](Speculative::draft) on the
-    /// converted stream. The held copy is the one [`heap_bytes`](Speculative::heap_bytes)
-    /// counts: 4 bytes a token.
-    ///
-    /// ```
-    /// use selfspec::{Config, Speculative};
-    ///
-    /// // An engine with llama.cpp's i32 ids; -1 is an ordinary id here.
-    /// let target: Vec<i32> = [-1, 10, 11, 12, 13, 14, 15, 16].repeat(8);
-    /// let prompt = &target[..24];
-    ///
-    /// let mut spec = Speculative::new(&Config::recommended())?;
-    /// spec.begin_owned(prompt);                    // no u32 copy on the engine's side
-    /// let mut n = prompt.len();                    // tokens the target has evaluated
-    /// let mut forward_passes = 0;
-    /// while n < target.len() {
-    ///     let last = target[n];                    // the token the target just sampled
-    ///     let draft = spec.draft_next(last);       // drafts after history ++ [last]
-    ///     let truth = &target[n + 1..];
-    ///     let n_accepted = draft
-    ///         .iter()
-    ///         .map(|&t| i32::from_ne_bytes(t.to_ne_bytes()))  // back to the engine's ids
-    ///         .zip(truth)
-    ///         .take_while(|(d, t)| d == *t)
-    ///         .count();
-    ///     spec.accept(n_accepted);                 // the history grows by [last] + accepted
-    ///     n += 1 + n_accepted;
-    ///     forward_passes += 1;
-    /// }
-    /// assert_eq!(spec.history().len(), target.len());
-    /// assert!(forward_passes < (target.len() - prompt.len()) / 2);
-    /// # Ok::<(), selfspec::Error>(())
-    /// ```
-    pub fn begin_owned<T: IntoToken>(&mut self, prompt: impl IntoIterator<Item = T>) {
-        let mut history = std::mem::take(&mut self.history);
-        history.clear();
-        history.extend(prompt.into_iter().map(IntoToken::into_token));
-        self.begin_drafters(&history);
-        self.history = history;
-    }
-
-    /// Appends tokens the target has evaluated to the owned history (see
-    /// [`begin_owned`](Speculative::begin_owned)) outside the drafting steps:
-    /// a tool's output, a user turn that continues the request. Not needed
-    /// for `last` and the accepted draft tokens: [`draft_next`](Speculative::draft_next)
-    /// and [`accept`](Speculative::accept) append those.
-    pub fn extend_history<T: IntoToken>(&mut self, tokens: impl IntoIterator<Item = T>) {
-        self.history
-            .extend(tokens.into_iter().map(IntoToken::into_token));
-    }
-
-    /// Cuts the owned history back to its first `len` tokens (a rollback of
-    /// the target's cache); nothing happens when it is not longer.
-    pub fn truncate_history(&mut self, len: usize) {
-        self.history.truncate(len);
-    }
-
-    /// The owned history: the prompt of [`begin_owned`](Speculative::begin_owned),
-    /// then each [`draft_next`](Speculative::draft_next)'s `last` and the
-    /// accepted draft tokens. Empty for engines that pass their own
-    /// histories to [`draft`](Speculative::draft).
-    #[must_use]
-    pub fn history(&self) -> &[Token] {
-        &self.history
-    }
-
-    /// [`draft`](Speculative::draft) on the owned history (see
-    /// [`begin_owned`](Speculative::begin_owned)): draft tokens to verify
-    /// after `last`, the token the target just sampled. `last` then joins
-    /// the history, and [`accept`](Speculative::accept) appends the accepted
-    /// draft tokens to it.
-    pub fn draft_next<T: IntoToken>(&mut self, last: T) -> &[Token] {
-        let last = last.into_token();
-        let history = std::mem::take(&mut self.history);
-        self.draft_from(&history, last);
-        self.history = history;
-        self.history.push(last);
-        self.owned_draft = true;
-        &self.draft
-    }
-
-    /// Checks `history` against what the previous calls implied (see
-    /// [`draft`](Speculative::draft)), then records this call's shape.
-    fn check_history(&mut self, history: &[Token], last: Token) {
-        if let Some(expect) = self.expect {
-            let accepted = &self.draft[..expect.accepted.min(self.draft.len())];
-            if let Some(misuse) = expect.check(history, last, accepted) {
-                if !self.misuse_reported {
-                    self.misuse_reported = true;
-                    self.misuses += 1;
-                    let want = expect.len();
-                    let got = history.len();
-                    match misuse {
-                        Misuse::LastIncluded => tracing::warn!(
-                            target: "selfspec",
-                            "draft(history, last): the history ({got} tokens) already ends with \
-                             `last`; expected {want} tokens: the previous history + [its last] + \
-                             the {} accepted draft tokens, without the new `last` (reported once \
-                             until the next begin)",
-                            expect.accepted
-                        ),
-                        Misuse::NotExtended => tracing::warn!(
-                            target: "selfspec",
-                            "draft(history, last): the history ({got} tokens) did not grow by the \
-                             previous `last` and the {} accepted draft tokens; expected {want} \
-                             tokens: history + [last] + draft[..n_accepted] (reported once until \
-                             the next begin)",
-                            expect.accepted
-                        ),
-                    }
-                }
-            }
-        }
-        self.expect = Some(Expect {
-            base: history.len(),
-            base_tail: history.last().copied(),
-            last: Some(last),
-            accepted: 0,
-        });
-    }
-
-    /// Sequences (spans between [`begin`](Speculative::begin) calls) in which
-    /// [`draft`](Speculative::draft) saw a history that breaks its contract
-    /// (`last` already included, or the accepted tokens not appended); each
-    /// was also logged once through `tracing::warn!`. Cleared by
-    /// [`reset_stats`](Speculative::reset_stats).
-    #[must_use]
-    pub fn misuse_count(&self) -> u64 {
-        self.misuses
     }
 
     /// The target kept `n_accepted` tokens of the last draft.

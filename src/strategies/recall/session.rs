@@ -1,0 +1,198 @@
+//! The session's life: taking in histories, publishing to the engine-wide
+//! memory (in flight and at the request's end), merging what was learned.
+
+use super::*;
+
+impl Recall {
+    /// Hands the current request's tokens to the engine-wide memory (once)
+    /// and merges what this drafter learned into it. [`begin`](Drafter::begin)
+    /// and dropping the drafter do it; call it when a request ends and the
+    /// drafter lives on idle.
+    pub fn finish_request(&mut self) {
+        self.publish();
+        self.sync_learned();
+    }
+
+    /// Hands the own tokens not yet in the memory to it, after the tokens
+    /// before them as context.
+    pub(super) fn publish(&mut self) {
+        if let Some((from, to)) = self.deferred.take() {
+            self.publish_range(from, to, false);
+        }
+        self.publish_range(self.published, self.own.end(), false);
+        self.published = self.own.end();
+    }
+
+    /// Publishes in flight: what is new since the last time, except a long
+    /// backlog (a new long prompt), which waits for the request's end so
+    /// that no draft call indexes more than [`INFLIGHT_MAX`] tokens into the
+    /// memory.
+    pub(super) fn publish_in_flight(&mut self) {
+        let from = self.published.max(self.own.floor());
+        let end = self.own.end();
+        if end - from > INFLIGHT_MAX {
+            self.deferred = match self.deferred {
+                None => Some((from, end)),
+                // Adjacent backlogs wait together.
+                Some((a, b)) if b == from => Some((a, end)),
+                // Otherwise the older waits; the newer's tail goes now.
+                Some(older) => {
+                    self.published = end - PUBLISH_EVERY;
+                    Some(older)
+                }
+            };
+            if self.published != end - PUBLISH_EVERY {
+                self.published = end;
+                return;
+            }
+        }
+        if self.publish_range(self.published, end, true) {
+            self.published = end;
+        }
+    }
+
+    /// Appends the own tokens `from..to` (what is still held of them) to the
+    /// memory, after the tokens before them as context; in flight, only if
+    /// no other writer is at work (false: nothing appended).
+    pub(super) fn publish_range(&mut self, from: u64, to: u64, in_flight: bool) -> bool {
+        let floor = self.own.floor();
+        let from = from.max(floor);
+        if from >= to {
+            return true;
+        }
+        let before = from - (from - floor).min(ORDERS[K - 1] as u64);
+        let held = self.own.tokens_from(before);
+        let held = &held[..held.len().min(ix(to - before))];
+        let (context, tokens) = held.split_at(ix(from - before));
+        let start = if in_flight {
+            match self.memory.try_append_after(context, tokens) {
+                Some(start) => start,
+                None => return false,
+            }
+        } else {
+            self.memory.append_after(context, tokens)
+        };
+        let end = start + tokens.len() as u64;
+        match self.mirrored.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => {
+                if self.mirrored.len() == MIRRORED {
+                    self.mirrored.remove(0);
+                }
+                self.mirrored.push((start, end));
+            }
+        }
+        true
+    }
+
+    /// Merges what this drafter learned into the engine-wide tables and
+    /// takes theirs (everything other sequences merged meanwhile).
+    pub(super) fn sync_learned(&mut self) {
+        let mut shared = lock(self.memory.learned());
+        shared.weights.merge(&mut self.delta);
+        self.weights = shared.weights;
+        self.since_sync = 0;
+    }
+
+    /// Starts a new session: the own index forgets (its text is in the memory).
+    pub(super) fn new_session(&mut self) {
+        self.finish_request();
+        self.own.clear();
+        self.mirror.clear();
+        self.mirrored.clear();
+        self.anchors = [None; ANCHORS];
+        self.expect = None;
+    }
+
+    /// Brings the own index up to date with `history ++ [last]`.
+    pub(super) fn ingest(&mut self, history: &[Token], last: Token) {
+        let at = |j: usize| if j < history.len() { history[j] } else { last };
+        let len = history.len() + 1;
+        let have = self.mirror.len();
+        let tail = have.saturating_sub(TAIL_CHECK);
+        let extends = len >= have && (tail..have).all(|j| self.mirror[j] == at(j));
+        let common = if extends {
+            have
+        } else {
+            (0..have.min(len))
+                .find(|&j| self.mirror[j] != at(j))
+                .unwrap_or(have.min(len))
+        };
+        let mut from = have;
+        if common < have {
+            if common < have / 2 || common < SESSION_MIN_COMMON {
+                // Mostly new text: a new session.
+                self.new_session();
+                from = 0;
+            } else {
+                // A new block in the own index: repeat the context before
+                // the divergence, so the index's tail is the history's.
+                from = common.saturating_sub(ORDERS[K - 1]);
+                self.mirror.truncate(from);
+            }
+        }
+        if len <= from {
+            return;
+        }
+        let fresh = self.own.end() == self.own.floor();
+        self.mirror.extend((from..len).map(at));
+        self.own.extend(&self.hasher, &self.mirror[from..]);
+        if fresh {
+            self.skip_known();
+        }
+    }
+
+    /// A new session's text may be in the memory already (the earlier
+    /// turns of a chat that another drafter served): from the end of the
+    /// own index backwards, the first position whose context the memory
+    /// holds with a long match marks what need not be published again, and
+    /// the memory's copy is not counted twice.
+    pub(super) fn skip_known(&mut self) {
+        self.published = self.own.floor();
+        let mut snapshot = self.memory.snapshot();
+        let view = self.memory.view(&mut snapshot);
+        if view.is_empty() {
+            return;
+        }
+        let own = &self.own;
+        let (floor, end) = (own.floor(), own.end());
+        let k = ORDERS[K - 1] as u64;
+        let mut j = end;
+        while j >= floor + k {
+            let hash = self.hasher_hash(j);
+            let mut found = None;
+            occurrences(&view, K - 1, tag_of(hash), |e| {
+                let m = match_len(&view, e, (j, floor), false, |p| own.token(p));
+                if m >= 2 * ix(k) || m as u64 == j - floor {
+                    found = Some(e);
+                    return false;
+                }
+                true
+            });
+            if let Some(e) = found {
+                // Extend the match backwards as far as it goes.
+                let mut m = 0;
+                while j - m > floor
+                    && e - m > view.floor()
+                    && view.token(e - m - 1) == own.token(j - m - 1)
+                {
+                    m += 1;
+                }
+                self.published = j;
+                self.mirrored.push((e - m, e));
+                return;
+            }
+            j = j.saturating_sub(KNOWN_STRIDE as u64);
+        }
+    }
+
+    /// The order-16 context hash of the own tokens ending at `j`.
+    pub(super) fn hasher_hash(&self, j: u64) -> u64 {
+        let mut rolling = [0; K];
+        let k = ORDERS[K - 1] as u64;
+        let own = &self.own;
+        // Only the longest order is needed: hash it directly.
+        self.hasher.roll(&mut rolling, j - k, j, |p| own.token(p));
+        rolling[K - 1]
+    }
+}

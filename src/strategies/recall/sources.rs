@@ -1,0 +1,227 @@
+//! Where a draft looks: the session's own index and the engine-wide memory
+//! as one source of positions, occurrences, match lengths and locality.
+
+use super::*;
+
+/// A position in the sequence's own index or in the engine-wide memory: the
+/// memory's positions carry the top bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pos(pub(super) u64);
+
+impl Pos {
+    const MEMORY: u64 = 1 << 63;
+
+    pub(super) fn own(at: u64) -> Pos {
+        Pos(at)
+    }
+    pub(super) fn memory(at: u64) -> Pos {
+        Pos(at | Pos::MEMORY)
+    }
+    pub(super) fn in_memory(self) -> bool {
+        self.0 & Pos::MEMORY != 0
+    }
+    pub(super) fn at(self) -> u64 {
+        self.0 & !Pos::MEMORY
+    }
+    /// `d` positions later, in the same store.
+    pub(super) fn later(self, d: u64) -> Pos {
+        Pos(self.0 + d)
+    }
+    pub(super) fn same_store(self, other: Pos) -> bool {
+        self.in_memory() == other.in_memory()
+    }
+}
+
+/// One occurrence of a context: its continuation, vote weight and position.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Occurrence {
+    pub(super) token: Token,
+    pub(super) weight: f64,
+    pub(super) pos: Pos,
+}
+
+/// What one draft call reads: the sequence's own index (its positions are
+/// the virtual sequence's) and the memory.
+pub(super) struct Sources<'a> {
+    pub(super) own: &'a SeqIndex,
+    pub(super) memory: View<'a>,
+    pub(super) request_start: u64,
+    pub(super) mirrored: &'a [(u64, u64)],
+}
+
+impl Sources<'_> {
+    /// One past the newest position of `p`'s store.
+    pub(super) fn end(&self, p: Pos) -> u64 {
+        if p.in_memory() {
+            self.memory.end()
+        } else {
+            self.own.end()
+        }
+    }
+
+    pub(super) fn floor(&self, p: Pos) -> u64 {
+        if p.in_memory() {
+            self.memory.floor()
+        } else {
+            self.own.floor()
+        }
+    }
+
+    /// Whether `p` holds a token.
+    pub(super) fn holds(&self, p: Pos) -> bool {
+        p.at() >= self.floor(p) && p.at() < self.end(p)
+    }
+
+    pub(super) fn token(&self, p: Pos) -> Token {
+        if p.in_memory() {
+            self.memory.token(p.at())
+        } else {
+            self.own.token(p.at())
+        }
+    }
+
+    /// How many tokens before `p` equal the last tokens of the own index
+    /// followed by `drafted` (length `vlen`).
+    pub(super) fn match_len(&self, p: Pos, vlen: u64, drafted: &[Token]) -> usize {
+        let own = self.own;
+        let len = own.end();
+        let v = |j: u64| {
+            if j < len {
+                own.token(j)
+            } else {
+                drafted[ix(j - len)]
+            }
+        };
+        let vlen = vlen.min(len + drafted.len() as u64);
+        if p.in_memory() {
+            return match_len(&self.memory, p.at(), (vlen, own.floor()), false, v);
+        }
+        // The own index: slices compared backwards, the drafted tail first
+        // (the hot case: no per-token store dispatch or bounds checks).
+        let stream = own.tokens_from(own.floor());
+        let drafted = &drafted[..ix(vlen - len)];
+        let before = &stream[..ix(p.at() - own.floor()).min(stream.len())];
+        if p.at() == vlen {
+            return 0;
+        }
+        let same = |(a, b): &(&Token, &Token)| a == b;
+        let tail = before.iter().rev().zip(drafted.iter().rev());
+        let mut m = tail.take(MAX_MATCH).take_while(same).count();
+        if m == drafted.len() && m < MAX_MATCH {
+            let rest = before[..before.len() - m]
+                .iter()
+                .rev()
+                .zip(stream.iter().rev());
+            m += rest.take(MAX_MATCH - m).take_while(same).count();
+        }
+        m
+    }
+
+    /// Age of `p`, in tokens before the own index's end.
+    pub(super) fn age(&self, p: Pos) -> u64 {
+        let len = self.own.end();
+        if p.in_memory() {
+            (len - self.own.floor()) + self.memory.end().saturating_sub(p.at())
+        } else {
+            len.saturating_sub(p.at())
+        }
+    }
+
+    pub(super) fn weight(&self, p: Pos) -> f64 {
+        if p.in_memory() {
+            1.0
+        } else if p.at() >= self.request_start {
+            REQUEST_WEIGHT
+        } else {
+            SESSION_WEIGHT
+        }
+    }
+
+    /// Adds up to [`OCCURRENCES`] recent occurrences of the order-`o`
+    /// context with hash `hash` to `scratch`: the session's first, then the
+    /// memory's (except its copies of this session's text).
+    pub(super) fn collect(&self, o: usize, hash: u64, scratch: &mut Vec<Occurrence>) -> usize {
+        let tag = tag_of(hash);
+        let mut added = 0;
+        occurrences(self.own, o, tag, |e| {
+            let pos = Pos::own(e);
+            scratch.push(Occurrence {
+                token: self.own.token(e),
+                weight: self.weight(pos),
+                pos,
+            });
+            added += 1;
+            added < OCCURRENCES
+        });
+        if added < MEMORY_BELOW && !self.memory.is_empty() {
+            occurrences(&self.memory, o, tag, |e| {
+                if self.mirrored.iter().any(|&(a, b)| e >= a && e < b) {
+                    return true;
+                }
+                scratch.push(Occurrence {
+                    token: self.memory.token(e),
+                    weight: 1.0,
+                    pos: Pos::memory(e),
+                });
+                added += 1;
+                added < OCCURRENCES
+            });
+        }
+        added
+    }
+
+    /// The longest order, from `top` down, whose context (hashed in
+    /// `hashes`; `held` tokens of it exist) occurred before, its
+    /// occurrences added to `scratch`.
+    pub(super) fn longest(
+        &self,
+        hashes: &[u64; K],
+        top: usize,
+        held: u64,
+        scratch: &mut Vec<Occurrence>,
+    ) -> Option<usize> {
+        (0..=top)
+            .rev()
+            .filter(|&o| held > ORDERS[o] as u64)
+            .find(|&o| self.collect(o, hashes[o], scratch) > 0)
+    }
+
+    /// After a rejection: the position nearest after an anchor where the
+    /// context matches best (an edit resumes copying near where it left off).
+    pub(super) fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<(Pos, usize)> {
+        let len = self.own.end();
+        if len == self.own.floor() {
+            return None;
+        }
+        let last = self.own.token(len - 1);
+        let mut best: Option<(Pos, usize)> = None;
+        for &anchor in anchors.iter().flatten() {
+            if !self.holds(anchor) {
+                continue;
+            }
+            let end = (anchor.at() + LOCAL_WINDOW).min(self.end(anchor) - 1);
+            let mut consider = |p: Pos| {
+                let m = self.match_len(p, len, &[]);
+                if best.map_or(true, |(_, bm)| m > bm) {
+                    best = Some((p, m));
+                }
+            };
+            if anchor.in_memory() {
+                for at in anchor.at() + 1..=end {
+                    if self.memory.token(at - 1) == last {
+                        consider(Pos::memory(at));
+                    }
+                }
+            } else {
+                // The own window as a slice: a scan for `last`.
+                let floor = self.own.floor();
+                let window = &self.own.tokens_from(anchor.at())[..ix(end - anchor.at())];
+                for (i, _) in window.iter().enumerate().filter(|(_, &t)| t == last) {
+                    consider(Pos::own(anchor.at() + 1 + i as u64));
+                }
+                debug_assert!(anchor.at() >= floor);
+            }
+        }
+        best.filter(|&(_, m)| m >= LOCAL_MIN_MATCH)
+    }
+}

@@ -1,0 +1,61 @@
+//! recall's unit tests.
+
+use super::*;
+
+fn draft(r: &mut Recall, history: &[Token], last: Token, max: usize) -> Vec<Token> {
+    let mut out = Vec::new();
+    r.draft(history, last, DraftLimits { min: 0, max }, &mut out);
+    out
+}
+
+#[test]
+fn copies_long_repeats_and_stops_at_the_limit() {
+    let text: Vec<Token> = (0u32..500).map(|i| i * 7919 % 1000).collect();
+    let mut r = Recall::new(0.1);
+    // The text, then its first 100 tokens again: the rest is a long copy.
+    let history: Vec<Token> = text.iter().chain(&text[..100]).copied().collect();
+    r.begin(&history);
+    let d = draft(&mut r, &history, text[100], 64);
+    assert_eq!(d, &text[101..101 + d.len()]);
+    assert!(d.len() >= 16, "a long match drafts long: {}", d.len());
+    assert!(draft(&mut r, &history, text[100], 5).len() <= 5);
+}
+
+#[test]
+fn calibration_learns_from_rejections() {
+    // A periodic history, but the target never follows the pattern: every
+    // draft is rejected at its first token (the orchestrator then calls no
+    // accept). The calibrated probabilities fall and the drafts stop.
+    let mut r = Recall::new(0.2);
+    let mut history: Vec<Token> = [1, 2, 3].repeat(30);
+    let mut drafted = Vec::new();
+    for round in 0..300 {
+        let last = [1, 2, 3][round % 3];
+        drafted.push(!draft(&mut r, &history, last, 16).is_empty());
+        history.push(last);
+    }
+    assert!(
+        drafted[..10].iter().all(|&d| d),
+        "drafts at first: {:?}",
+        &drafted[..10]
+    );
+    assert!(
+        drafted[250..].iter().all(|&d| !d),
+        "no drafts once calibrated"
+    );
+}
+
+#[test]
+fn odd_inputs_do_not_panic() {
+    let mut r = Recall::new(f64::NAN);
+    r.begin(&[]);
+    assert!(draft(&mut r, &[], 0, 16).is_empty());
+    r.accept(usize::MAX);
+    let h: Vec<Token> = (0..300).map(|i| [u32::MAX, 0, 7][i % 3]).collect();
+    r.begin(&h);
+    for len in [300, 10, 0, 299, 1] {
+        let d = draft(&mut r, &h[..len], u32::MAX, 16);
+        r.accept(d.len());
+    }
+    assert!(r.stream_len() > 0);
+}
