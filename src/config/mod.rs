@@ -22,7 +22,7 @@ pub const MAX_POOL_SIZE: usize = 1 << 31;
 /// by [`Config::validate`] and [`NgramPool::new`](crate::NgramPool::new));
 /// `context` names where the size came from.
 pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
-    range(context, "pool_size", size, 1, MAX_POOL_SIZE)
+    check_range(context, "pool_size", size, 1, MAX_POOL_SIZE)
 }
 
 /// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
@@ -41,16 +41,6 @@ pub const MIN_BUDGET: usize = 64 << 10;
 /// 2^30 tokens).
 pub const MAX_BUDGET: usize = 64 << 30;
 
-/// Checks `value` against `min..=max` (the one range check of the crate).
-pub(crate) fn check_range(
-    context: &'static str,
-    field: &'static str,
-    value: usize,
-    min: usize,
-    max: usize,
-) -> Result<(), Error> {
-    range(context, field, value, min, max)
-}
 /// recall's default threshold, in thousandths (0.13): the one default used by
 /// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
 /// `threshold_permille` is left out, and by [`Config::recommended`].
@@ -350,7 +340,7 @@ impl Strategy {
                 value,
                 min,
                 max,
-            } => range(context, key, *value, min, max),
+            } => check_range(context, key, *value, min, max),
             // Cache files are checked when the drafter is built.
             Param::File { .. } => Ok(()),
         })
@@ -431,7 +421,9 @@ pub(crate) fn strategy_names() -> String {
     Strategy::names().collect::<Vec<_>>().join(", ")
 }
 
-fn range(
+/// Checks `value` against `min..=max`: the one range check of the crate,
+/// whose error names the field and what is allowed.
+pub(crate) fn check_range(
     context: &'static str,
     field: &'static str,
     value: usize,
