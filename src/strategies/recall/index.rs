@@ -97,6 +97,22 @@ impl Hasher {
     }
 }
 
+/// The tokens one roll of every order reads: the longest order's window
+/// and the token before it.
+const WINDOW: usize = ORDERS[K - 1] + 1;
+
+impl Hasher {
+    /// [`roll`](Hasher::roll) for a token with at least `WINDOW - 1` tokens
+    /// before it: `window` ends with the new token.
+    #[inline]
+    pub(super) fn roll_window(&self, rolling: &mut [u64; K], window: &[Token; WINDOW]) {
+        let t = window[WINDOW - 1];
+        for (o, &k) in ORDERS.iter().enumerate() {
+            rolling[o] = self.polys[o].roll(rolling[o], window[WINDOW - 1 - k], t);
+        }
+    }
+}
+
 /// Read access to a chained context index over logical positions. A context
 /// of order `k` "ends at" `e` when it is `tokens[e-k..e]`; its continuation
 /// is `tokens[e]`.
@@ -261,29 +277,40 @@ impl SeqIndex {
             self.links.reserve(room);
             self.stream.reserve(room);
         }
-        for &t in tokens {
-            self.push(hasher, t);
-        }
+        let start = self.stream.len();
+        self.stream.extend_from_slice(tokens);
+        // The buckets were sized for the whole block above: no growth inside.
+        self.index_from(hasher, start);
     }
 
-    fn push(&mut self, hasher: &Hasher, t: Token) {
-        self.stream.push(t);
-        let len = self.stream.len();
-        let stream = &self.stream;
-        hasher.roll(&mut self.rolling, 0, len as u64, |j| stream[ix(j)]);
-        let mut entry = [(0, NONE); K];
-        for (o, &k) in ORDERS.iter().enumerate() {
-            if len < k {
-                continue;
+    /// Indexes the contexts ending after each token of the stream from
+    /// `start` on (the tokens are in the stream already; the buckets are
+    /// sized for them).
+    fn index_from(&mut self, hasher: &Hasher, start: usize) {
+        let shift = 32 - self.bits;
+        let stream = &self.stream[..];
+        for len in start + 1..=stream.len() {
+            let window = len
+                .checked_sub(WINDOW)
+                .and_then(|from| <&[Token; WINDOW]>::try_from(&stream[from..len]).ok());
+            match window {
+                // The steady state: every order rolls, from one fixed window.
+                Some(window) => hasher.roll_window(&mut self.rolling, window),
+                None => hasher.roll(&mut self.rolling, 0, len as u64, |j| stream[ix(j)]),
             }
-            let tag = tag_of(self.rolling[o]);
-            let b = (tag >> (32 - self.bits)) as usize;
-            entry[o] = (tag, self.heads[o][b]);
-            self.heads[o][b] = small(len);
-        }
-        self.links.push(entry);
-        if len > MAX_LOAD * self.heads[0].len() {
-            self.grow(len);
+            let mut entry = [(0, NONE); K];
+            let e = small(len);
+            for (o, (&k, heads)) in ORDERS.iter().zip(self.heads.iter_mut()).enumerate() {
+                if len < k {
+                    continue;
+                }
+                let tag = tag_of(self.rolling[o]);
+                if let Some(head) = heads.get_mut((tag >> shift) as usize) {
+                    entry[o] = (tag, *head);
+                    *head = e;
+                }
+            }
+            self.links.push(entry);
         }
     }
 
@@ -294,9 +321,9 @@ impl SeqIndex {
         let kept: Vec<Token> = self.stream[self.stream.len() - keep..].to_vec();
         self.clear();
         self.base -= keep as u64;
-        for t in kept {
-            self.push(hasher, t);
-        }
+        self.grow(kept.len());
+        self.stream.extend_from_slice(&kept);
+        self.index_from(hasher, 0);
     }
 
     /// Past [`MAX_LOAD`] contexts a bucket, grows the buckets to one per two
