@@ -4,68 +4,32 @@
 //! only its branch's tokens; a chain with a drafter that cannot fork does
 //! not fork.
 
+mod common;
+
+use common::{every_strategy, Rng};
 use selfspec::strategies::Recall;
 use selfspec::{Config, DraftLimits, Drafter, Shared, Speculative, Strategy, Token};
-
-/// A deterministic xorshift generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).expect("below n")
-    }
-}
 
 /// Tokens from a small alphabet with copies of earlier stretches.
 fn stream(len: usize, seed: u64) -> Vec<Token> {
     let mut rng = Rng(seed | 1);
     let mut out: Vec<Token> = Vec::with_capacity(len + 64);
     while out.len() < len {
-        if out.len() > 32 && rng.below(3) == 0 {
-            let n = 4 + rng.below(40);
-            let start = rng.below(out.len() - n.min(out.len() - 1));
+        if out.len() > 32 && rng.pick(3) == 0 {
+            let n = 4 + rng.pick(40);
+            let start = rng.pick(out.len() - n.min(out.len() - 1));
             let end = (start + n).min(out.len());
             out.extend_from_within(start..end);
         } else {
-            out.push(Token::try_from(rng.below(50)).expect("small"));
+            out.push(Token::try_from(rng.pick(50)).expect("small"));
         }
     }
     out.truncate(len);
     out
 }
 
-fn strategies() -> Vec<Strategy> {
-    vec![
-        Strategy::NgramSimple { n: 3, m: 8 },
-        Strategy::NgramMapK { n: 3, m: 8 },
-        Strategy::NgramMapK4v {
-            n: 2,
-            m: 8,
-            min_hits: 1,
-        },
-        Strategy::NgramMod { n: 4 },
-        Strategy::NgramCache {
-            static_cache: None,
-            dynamic_cache: None,
-        },
-        Strategy::NgramCacheLive {
-            static_cache: None,
-            dynamic_cache: None,
-        },
-        Strategy::Recall {
-            threshold_permille: 130,
-        },
-    ]
-}
-
 fn configs() -> Vec<(String, Config)> {
-    let mut out: Vec<(String, Config)> = strategies()
+    let mut out: Vec<(String, Config)> = every_strategy()
         .into_iter()
         .map(|s| {
             (
@@ -77,7 +41,7 @@ fn configs() -> Vec<(String, Config)> {
     out.push(("recommended".into(), Config::recommended()));
     out.push((
         "all".into(),
-        Config::new(strategies()).with_pool_size(1 << 16),
+        Config::new(every_strategy()).with_pool_size(1 << 16),
     ));
     out
 }
@@ -168,7 +132,7 @@ fn a_fork_drafts_as_its_parent_would() {
 /// forked with a draft pending.
 #[test]
 fn per_sequence_strategies_fork_side_by_side() {
-    for strategy in strategies() {
+    for strategy in every_strategy() {
         if matches!(
             strategy,
             Strategy::NgramMod { .. } | Strategy::Recall { .. }

@@ -3,22 +3,10 @@
 //! strategy, the recommended configuration and a chain of all of them,
 //! through rollbacks, tokens added outside drafting and new requests.
 
-use selfspec::{Config, IntoToken, Speculative, Strategy, Token};
+mod common;
 
-/// A deterministic xorshift generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).expect("below n")
-    }
-}
+use common::{every_strategy, Rng};
+use selfspec::{Config, IntoToken, Speculative, Token};
 
 /// An i32 stream from a small alphabet (negative ids included: -1, i32::MIN)
 /// with copies of earlier stretches, as engine outputs repeat themselves.
@@ -40,13 +28,13 @@ fn stream(len: usize, seed: u64) -> Vec<i32> {
     let mut rng = Rng(seed | 1);
     let mut out = Vec::with_capacity(len + 64);
     while out.len() < len {
-        if out.len() > 32 && rng.below(3) == 0 {
-            let n = 4 + rng.below(40);
-            let start = rng.below(out.len() - n.min(out.len() - 1));
+        if out.len() > 32 && rng.pick(3) == 0 {
+            let n = 4 + rng.pick(40);
+            let start = rng.pick(out.len() - n.min(out.len() - 1));
             let end = (start + n).min(out.len());
             out.extend_from_within(start..end);
         } else {
-            out.push(ALPHABET[rng.below(ALPHABET.len())]);
+            out.push(ALPHABET[rng.pick(ALPHABET.len())]);
         }
     }
     out.truncate(len);
@@ -58,27 +46,7 @@ fn to_u32(ids: &[i32]) -> Vec<Token> {
 }
 
 fn configs() -> Vec<(String, Config)> {
-    let strategies = [
-        Strategy::NgramSimple { n: 3, m: 8 },
-        Strategy::NgramMapK { n: 3, m: 8 },
-        Strategy::NgramMapK4v {
-            n: 2,
-            m: 8,
-            min_hits: 1,
-        },
-        Strategy::NgramMod { n: 4 },
-        Strategy::NgramCache {
-            static_cache: None,
-            dynamic_cache: None,
-        },
-        Strategy::NgramCacheLive {
-            static_cache: None,
-            dynamic_cache: None,
-        },
-        Strategy::Recall {
-            threshold_permille: 130,
-        },
-    ];
+    let strategies = every_strategy();
     let mut out: Vec<(String, Config)> = strategies
         .iter()
         .map(|s| {
@@ -125,9 +93,9 @@ fn lockstep(name: &str, config: &Config, ids: &[i32], prompt: usize, seed: u64) 
     let mut step = 0;
     let mut drafted = 0;
     while history.len() + 1 < tokens.len() {
-        let event = match rng.below(40) {
-            0 => Event::Rollback(1 + rng.below(8)),
-            1 => Event::Insert(1 + rng.below(8)),
+        let event = match rng.pick(40) {
+            0 => Event::Rollback(1 + rng.pick(8)),
+            1 => Event::Insert(1 + rng.pick(8)),
             2 => Event::Restart,
             _ => Event::Step,
         };
@@ -166,7 +134,7 @@ fn lockstep(name: &str, config: &Config, ids: &[i32], prompt: usize, seed: u64) 
             .count();
         // Now and then a count above the draft's length (clamped), also
         // without a draft.
-        let told = if n_accepted == a.len() && rng.below(4) == 0 {
+        let told = if n_accepted == a.len() && rng.pick(4) == 0 {
             n_accepted + 3
         } else {
             n_accepted

@@ -9,27 +9,11 @@
     clippy::cast_possible_wrap
 )]
 
+mod common;
+
+use common::Rng;
 use selfspec::verify::{greedy, greedy_next, sampled, Verdict};
 use selfspec::Token;
-
-/// xorshift64: deterministic draws.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [0, 1).
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[test]
 fn greedy_matches_a_naive_loop() {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use selfspec::replay::Session;
-use selfspec::{DraftLimits, Drafter, Token};
+use selfspec::{DraftLimits, Drafter, Strategy, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
 #[cfg(feature = "serde")]
@@ -32,6 +32,13 @@ impl Rng {
     /// Below `n`, as an index.
     pub fn pick(&mut self, n: usize) -> usize {
         usize::try_from(self.below(n as u64)).expect("below n")
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        // 53 bits: exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        let x = (self.next() >> 11) as f64;
+        x / (1u64 << 53) as f64
     }
     /// A token below `n`.
     pub fn token(&mut self, n: u32) -> Token {
@@ -81,4 +88,30 @@ pub fn drive(d: &mut dyn Drafter, sessions: &[Session]) -> usize {
         max_history = max_history.max(history.len());
     }
     max_history
+}
+
+/// One of every strategy of the crate, with small sizes (the fork and
+/// owned-history tests run each alone and all in a chain).
+pub fn every_strategy() -> Vec<Strategy> {
+    vec![
+        Strategy::NgramSimple { n: 3, m: 8 },
+        Strategy::NgramMapK { n: 3, m: 8 },
+        Strategy::NgramMapK4v {
+            n: 2,
+            m: 8,
+            min_hits: 1,
+        },
+        Strategy::NgramMod { n: 4 },
+        Strategy::NgramCache {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+        Strategy::NgramCacheLive {
+            static_cache: None,
+            dynamic_cache: None,
+        },
+        Strategy::Recall {
+            threshold_permille: 130,
+        },
+    ]
 }
