@@ -414,17 +414,18 @@ impl Header {
         Ok(())
     }
 }
+
 impl Shared {
     fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
         let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let header = Header::read(config, path, bytes)?;
         let Header {
             n_learned,
             n_tokens,
             n_runs,
             pool_size,
-            pool_generation,
-            pool_used,
-        } = Header::read(config, path, bytes)?;
+            ..
+        } = header;
         let body = bytes.len() - 8;
         let mut r = Reader { bytes, at: HEADER };
         let numbers: Vec<f64> = (0..n_learned).filter_map(|_| r.f64()).collect();
@@ -486,8 +487,8 @@ impl Shared {
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
             pool.restore(
-                pool_generation,
-                usize::try_from(pool_used).unwrap_or(0),
+                header.pool_generation,
+                usize::try_from(header.pool_used).unwrap_or(0),
                 cells,
             );
         }
