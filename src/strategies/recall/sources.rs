@@ -2,6 +2,7 @@
 //! as one source of positions, occurrences, match lengths and locality.
 
 use super::*;
+use crate::index::{common_suffix, each_position_of};
 
 /// A position in the sequence's own index or in the engine-wide memory: the
 /// memory's positions carry the top bit.
@@ -104,15 +105,9 @@ impl Sources<'_> {
         if p.at() == vlen {
             return 0;
         }
-        let same = |(a, b): &(&Token, &Token)| a == b;
-        let tail = before.iter().rev().zip(drafted.iter().rev());
-        let mut m = tail.take(MAX_MATCH).take_while(same).count();
+        let mut m = common_suffix(before, drafted, MAX_MATCH);
         if m == drafted.len() && m < MAX_MATCH {
-            let rest = before[..before.len() - m]
-                .iter()
-                .rev()
-                .zip(stream.iter().rev());
-            m += rest.take(MAX_MATCH - m).take_while(same).count();
+            m += common_suffix(&before[..before.len() - m], stream, MAX_MATCH - m);
         }
         m
     }
@@ -200,25 +195,41 @@ impl Sources<'_> {
                 continue;
             }
             let end = (anchor.at() + LOCAL_WINDOW).min(self.end(anchor) - 1);
-            let mut consider = |p: Pos| {
+            // The first position with the longest match wins.
+            let consider = |best: &mut Option<(Pos, usize)>, p: Pos| {
                 let m = self.match_len(p, len, &[]);
                 if best.map_or(true, |(_, bm)| m > bm) {
-                    best = Some((p, m));
+                    *best = Some((p, m));
                 }
             };
             if anchor.in_memory() {
                 for at in anchor.at() + 1..=end {
                     if self.memory.token(at - 1) == last {
-                        consider(Pos::memory(at));
+                        consider(&mut best, Pos::memory(at));
                     }
                 }
             } else {
-                // The own window as a slice: a scan for `last`.
+                // The own window as a slice: a scan for `last`. A position
+                // can only beat the best match `bm` so far if the token `bm`
+                // before it matches too: one compare rejects most of them
+                // before `match_len` sets up (same result; see DESIGN.md,
+                // "The hot path", for the instruction counts).
                 let floor = self.own.floor();
+                let stream = self.own.tokens_from(floor);
+                let tail = len - floor;
                 let window = &self.own.tokens_from(anchor.at())[..ix(end - anchor.at())];
-                for (i, _) in window.iter().enumerate().filter(|(_, &t)| t == last) {
-                    consider(Pos::own(anchor.at() + 1 + i as u64));
-                }
+                each_position_of(window, last, |i| {
+                    let p = anchor.at() + 1 + i as u64;
+                    let bm = best.map_or(0, |(_, bm)| bm) as u64;
+                    let before = p - floor;
+                    // `bm < before` keeps both indices in range (a match is
+                    // never longer than the text before either end).
+                    if bm == 0
+                        || (bm < before && stream[ix(before - 1 - bm)] == stream[ix(tail - 1 - bm)])
+                    {
+                        consider(&mut best, Pos::own(p));
+                    }
+                });
                 debug_assert!(anchor.at() >= floor);
             }
         }
