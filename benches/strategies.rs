@@ -42,8 +42,14 @@ impl Rng {
 /// Text-like: Zipf-ish words from a 5000-token vocabulary, with phrases and
 /// whole sentences reused now and then (as chat histories repeat themselves).
 fn text_stream(len: usize, seed: u64) -> Vec<Token> {
-    let mut rng = Rng(seed | 1);
     let mut out: Vec<Token> = Vec::with_capacity(len + 64);
+    grow_text(&mut out, len, &mut Rng(seed | 1));
+    out
+}
+
+/// Appends text-like tokens to `out` up to `len` (its quotes may come from
+/// anything before).
+fn grow_text(out: &mut Vec<Token>, len: usize, rng: &mut Rng) {
     while out.len() < len {
         if out.len() > 256 && rng.below(10) == 0 {
             // Quote an earlier passage of 8..72 tokens.
@@ -60,14 +66,19 @@ fn text_stream(len: usize, seed: u64) -> Vec<Token> {
         }
     }
     out.truncate(len);
-    out
 }
 
 /// Code-edit-like: a file, then copies of it with sparse edits.
 fn code_edit_stream(len: usize, seed: u64) -> Vec<Token> {
-    let mut rng = Rng(seed | 1);
-    let mut file: Vec<Token> = text_stream(2048, seed ^ 0x9e37);
+    let file: Vec<Token> = text_stream(2048, seed ^ 0x9e37);
     let mut out = file.clone();
+    grow_edits(&mut out, file, len, &mut Rng(seed | 1));
+    out
+}
+
+/// Appends copies of `file` to `out` up to `len`, each an edit of the one
+/// before (a token in 200 replaced, dropped or followed by a new one).
+fn grow_edits(out: &mut Vec<Token>, mut file: Vec<Token>, len: usize, rng: &mut Rng) {
     while out.len() < len {
         let mut next = Vec::with_capacity(file.len() + 16);
         for &t in &file {
@@ -82,7 +93,45 @@ fn code_edit_stream(len: usize, seed: u64) -> Vec<Token> {
         file = next;
     }
     out.truncate(len);
-    out
+}
+
+/// The kinds of synthetic history the draft benches run on.
+#[derive(Clone, Copy)]
+enum Kind {
+    Text,
+    Code,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Text => "text",
+            Kind::Code => "code",
+        }
+    }
+
+    fn stream(self, len: usize) -> Vec<Token> {
+        match self {
+            Kind::Text => text_stream(len, 7),
+            Kind::Code => code_edit_stream(len, 11),
+        }
+    }
+
+    /// `prompt` followed by `n` new tokens of this kind (a new edit of the
+    /// prompt's last 2048 tokens, or new text quoting the prompt), different
+    /// for every `seed`.
+    fn continued(self, prompt: &[Token], n: usize, seed: u64) -> Vec<Token> {
+        let mut out = prompt.to_vec();
+        let mut rng = Rng((seed + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        match self {
+            Kind::Text => grow_text(&mut out, prompt.len() + n, &mut rng),
+            Kind::Code => {
+                let file = prompt[prompt.len().saturating_sub(2048)..].to_vec();
+                grow_edits(&mut out, file, prompt.len() + n, &mut rng);
+            }
+        }
+        out
+    }
 }
 
 /// How a timed window starts over at the prompt.
@@ -98,6 +147,13 @@ enum Restart {
     Snapshot {
         warmup: usize,
         copy: fn(&dyn Drafter) -> Box<dyn Drafter>,
+        /// Each window after the snapshot continues the prompt with text
+        /// of the stream's kind that no window had before. recall's copies
+        /// share the engine-wide memory and publish to it: with the same
+        /// continuation every window, the memory would hold every earlier
+        /// window's copy of it, and the drafter would copy it back 16
+        /// tokens a call (what this bench measured until 2026-12-01).
+        new_text: bool,
     },
 }
 
@@ -113,7 +169,7 @@ fn copy_of<D: Drafter + Clone + 'static>(drafter: &dyn Drafter) -> Box<dyn Draft
 fn steady_state(
     make: &dyn Fn() -> Box<dyn Drafter>,
     restart: &Restart,
-    stream: &[Token],
+    (kind, stream): (Kind, &[Token]),
     len: usize,
     limits: DraftLimits,
     iters: u64,
@@ -128,7 +184,18 @@ fn steady_state(
     let mut total = Duration::ZERO;
     let mut done = 0;
     while done < iters {
-        if let Restart::Snapshot { warmup, copy } = restart {
+        let mut stream = stream;
+        let continued;
+        if let Restart::Snapshot {
+            warmup,
+            copy,
+            new_text,
+        } = restart
+        {
+            if *new_text && snapshot.is_some() {
+                continued = kind.continued(prompt, window + limits.max + 1, windows as u64);
+                stream = &continued;
+            }
             if snapshot.is_none() && windows == *warmup {
                 // What the first draft call after `begin` learns (untimed).
                 drafter.draft(&prompt[..len - 1], prompt[len - 1], limits, &mut draft);
@@ -223,6 +290,7 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits, Restart)> {
             Restart::Snapshot {
                 warmup: 1,
                 copy: copy_of::<Recall>,
+                new_text: true,
             },
         ),
         (
@@ -232,6 +300,7 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits, Restart)> {
             Restart::Snapshot {
                 warmup: 0,
                 copy: copy_of::<NgramCache>,
+                new_text: false,
             },
         ),
         (
@@ -248,10 +317,7 @@ fn strategies() -> Vec<(&'static str, Make, DraftLimits, Restart)> {
 
 fn bench_draft(c: &mut Criterion) {
     let longest = LENGTHS[LENGTHS.len() - 1] + 16384;
-    let streams = [
-        ("text", text_stream(longest, 7)),
-        ("code", code_edit_stream(longest, 11)),
-    ];
+    let streams = [Kind::Text, Kind::Code].map(|kind| (kind, kind.stream(longest)));
     for (name, make, limits, restart) in strategies() {
         let mut group = c.benchmark_group(format!("draft/{name}"));
         group.warm_up_time(Duration::from_millis(500));
@@ -259,9 +325,9 @@ fn bench_draft(c: &mut Criterion) {
         group.sample_size(20);
         for (kind, stream) in &streams {
             for len in LENGTHS {
-                group.bench_function(format!("{kind}/{}k", len >> 10), |b| {
+                group.bench_function(format!("{}/{}k", kind.name(), len >> 10), |b| {
                     b.iter_custom(|iters| {
-                        steady_state(&*make, &restart, stream, len, limits, iters)
+                        steady_state(&*make, &restart, (*kind, stream), len, limits, iters)
                     })
                 });
             }
