@@ -202,12 +202,20 @@ impl Sources<'_> {
                     *best = Some((p, m));
                 }
             };
+            let own_room = len - self.own.floor();
             if anchor.in_memory() {
-                for at in anchor.at() + 1..=end {
-                    if self.memory.token(at - 1) == last {
-                        consider(&mut best, Pos::memory(at));
+                // As below: one compare rejects what cannot beat `bm`.
+                let memory = &self.memory;
+                memory.each_position_of(anchor.at(), end, last, |q| {
+                    let p = q + 1;
+                    let bm = best.map_or(0, |(_, bm)| bm) as u64;
+                    let room = (p - memory.floor().min(p)).min(own_room);
+                    if bm == 0
+                        || (bm < room && memory.token(p - 1 - bm) == self.own.token(len - 1 - bm))
+                    {
+                        consider(&mut best, Pos::memory(p));
                     }
-                }
+                });
             } else {
                 // The own window as a slice: a scan for `last`. A position
                 // can only beat the best match `bm` so far if the token `bm`
@@ -216,7 +224,7 @@ impl Sources<'_> {
                 // "The hot path", for the instruction counts).
                 let floor = self.own.floor();
                 let stream = self.own.tokens_from(floor);
-                let tail = len - floor;
+                let tail = own_room;
                 let window = &self.own.tokens_from(anchor.at())[..ix(end - anchor.at())];
                 each_position_of(window, last, |i| {
                     let p = anchor.at() + 1 + i as u64;

@@ -59,3 +59,33 @@ fn odd_inputs_do_not_panic() {
     }
     assert!(r.stream_len() > 0);
 }
+
+#[test]
+fn memory_scan_finds_what_a_token_by_token_walk_finds() {
+    // A ring of 1024 tokens (the smallest), filled past its end so that the
+    // held positions wrap and a scan crosses the ring's seam.
+    let memory = RecallMemory::new(1);
+    let tokens: Vec<Token> = (0u32..2500)
+        .map(|i| [5, 9, u32::MAX][(i * 7 % 11 % 3) as usize])
+        .collect();
+    for part in tokens.chunks(100) {
+        memory.append(part);
+    }
+    let mut snapshot = memory.snapshot();
+    let view = memory.view(&mut snapshot);
+    let (floor, end) = (view.floor(), view.end());
+    assert!(floor > 0 && end - floor == 1024, "{floor}..{end}");
+    for (from, to) in [
+        (floor, end),
+        (floor + 1, floor + 300),
+        (end - 700, end - 1),
+        (end, end),
+    ] {
+        for token in [5, 9, u32::MAX, 0] {
+            let naive: Vec<u64> = (from..to).filter(|&p| view.token(p) == token).collect();
+            let mut found = Vec::new();
+            view.each_position_of(from, to, token, |p| found.push(p));
+            assert_eq!(found, naive, "{from}..{to} token {token}");
+        }
+    }
+}
