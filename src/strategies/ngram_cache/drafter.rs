@@ -367,8 +367,12 @@ impl NgramCache {
 fn refresh(fed: &mut Mirror, history: &[Token], last: Token) -> usize {
     let common = fed.change(history, Some(last)).common();
     fed.truncate(common);
-    fed.extend_from_slice(history.get(common..).unwrap_or(&[]));
-    fed.push(last);
+    // `common` is `history.len() + 1` when `fed` already holds all of
+    // `history ++ [last]` (the same call again): nothing to add.
+    if let Some(rest) = history.get(common..) {
+        fed.extend_from_slice(rest);
+        fed.push(last);
+    }
     common
 }
 

@@ -348,3 +348,34 @@ fn the_live_budget_changes_no_draft_before_the_first_retirement() {
     );
     assert!(unbounded.heap_bytes() > 2 * peak_late);
 }
+
+#[test]
+fn learning_drafters_take_the_same_call_twice_as_once() {
+    // An engine may ask again for the same position (a retried step): the
+    // learning modes must not count `last` twice.
+    let text: Vec<Token> = (0u32..400).map(|i| i * 7919 % 61).collect();
+    let limits = DraftLimits { min: 0, max: 8 };
+    for make in [
+        || NgramCache::new().live(),
+        || NgramCache::new().relearn_prompts(),
+    ] {
+        let (mut once, mut twice) = (make(), make());
+        for len in [100, 101, 150, 151, 300] {
+            let (history, last) = (&text[..len], text[len]);
+            let mut a = Vec::new();
+            let mut b = Vec::new();
+            once.draft(history, last, limits, &mut a);
+            twice.draft(history, last, limits, &mut b);
+            b.clear();
+            twice.draft(history, last, limits, &mut b);
+            assert_eq!(a, b, "{} at {len}", once.name());
+            assert_eq!(
+                once.cache_size(),
+                twice.cache_size(),
+                "{} at {len}",
+                once.name()
+            );
+            assert_eq!(once.context().heap_bytes(), twice.context().heap_bytes());
+        }
+    }
+}
