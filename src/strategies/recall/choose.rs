@@ -22,6 +22,19 @@ pub(super) struct Work {
     pub(super) probabilities: Vec<f64>,
 }
 
+/// The prior of a token's acceptance (before its calibration cell has
+/// counts) is its vote share times `PRIOR_BASE + PRIOR_SLOPE * reach`, where
+/// `reach` grows with the context order up to [`REACH_ORDER`] (1 when the
+/// copy pointer agrees): a vote over 1-token contexts is weak evidence, one
+/// over 16-token contexts strong. The three trade tau for acceptance as the
+/// threshold does (±50%: tau ±1-3%, up to -7.5% on code-edit at draft_max
+/// 64 for half the slope; DESIGN.md, "Tuned constants").
+const PRIOR_BASE: f64 = 0.3;
+/// See [`PRIOR_BASE`].
+const PRIOR_SLOPE: f64 = 0.65;
+/// The context order from which a vote counts as fully specific.
+const REACH_ORDER: f64 = 16.0;
+
 /// The token chosen at one draft position.
 pub(super) struct Choice {
     pub(super) token: Token,
@@ -46,9 +59,9 @@ impl Choice {
         let reach = if self.pointer > 0 {
             1.0
         } else {
-            (ORDERS[o] as f64 / 16.0).min(1.0)
+            (ORDERS[o] as f64 / REACH_ORDER).min(1.0)
         };
-        let prior = self.share * (0.3 + 0.65 * reach);
+        let prior = self.share * (PRIOR_BASE + PRIOR_SLOPE * reach);
         (cell, calibration.probability(cell, prior))
     }
 }

@@ -33,6 +33,11 @@ use memory::{Snapshot, View};
 use score::{Features, Weights};
 use sources::{Occurrence, Pos, Sources};
 
+// The tuned constants. How the replay figures move when each changes by
+// ±50%: DESIGN.md, "Tuned constants" (most are flat; `MEMORY_BELOW`,
+// `LOCAL_MIN_MATCH`, calibrate's `PRIOR_WEIGHT` and `SUPPORT_BUCKETS` are
+// the sensitive ones, each at the good end of its range).
+
 /// Occurrences examined at the longest matching order.
 const OCCURRENCES: usize = 8;
 /// The engine-wide memory is asked at an order only when the session's own
