@@ -634,7 +634,11 @@ fn bench_shared_memory(c: &mut Criterion) {
     let half = sessions
         .iter()
         .position(|s| {
-            so_far += s.requests.iter().map(|r| r.output.len() as u64).sum::<u64>();
+            so_far += s
+                .requests
+                .iter()
+                .map(|r| r.output.len() as u64)
+                .sum::<u64>();
             2 * so_far >= tokens
         })
         .map_or(sessions.len(), |i| i + 1);
