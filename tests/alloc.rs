@@ -104,3 +104,45 @@ fn warm_draft_path_does_not_allocate() {
         );
     }
 }
+
+/// recall on an engine-wide memory (the recommended config, publishing in
+/// flight): once the memory holds its capacity, nothing in `begin`, `draft`
+/// or `accept` allocates. (While it fills, publishing adds one chunk of
+/// 1024 positions at a time, in whichever call publishes; a 4 MiB budget,
+/// 32 Ki tokens, is full after the first pass here.)
+#[test]
+fn warm_recall_on_a_full_memory_does_not_allocate() {
+    use selfspec::{Budget, Shared};
+    for file in [
+        "examples/data/sample-code-edit.jsonl",
+        "examples/data/sample-chat.jsonl",
+    ] {
+        let sessions = common::load_workload(common::manifest_path(file));
+        let config = Config::recommended();
+        let budget = Budget {
+            memory: 4 << 20,
+            sequence: 4 << 20,
+        };
+        let shared = Shared::with_budget(&config, budget).unwrap();
+        let mut spec = Speculative::with_shared(&config, &shared).unwrap();
+        let mut history = Vec::with_capacity(1 << 16);
+        let (first, _) = replay_counting(&mut spec, &sessions, &mut history);
+        assert!(
+            first > 0,
+            "the first pass fills the memory (the counter works)"
+        );
+        let held = shared.heap_bytes();
+        replay_counting(&mut spec, &sessions, &mut history);
+        let (third, calls) = replay_counting(&mut spec, &sessions, &mut history);
+        assert!(calls > 1000);
+        assert_eq!(
+            third, 0,
+            "{file}: {third} allocations in {calls} warm calls"
+        );
+        assert_eq!(
+            shared.heap_bytes(),
+            held,
+            "{file}: the full memory does not grow"
+        );
+    }
+}
