@@ -71,13 +71,37 @@ fn replay_counting(
     (inside, calls)
 }
 
+/// The samples the warm tests replay.
+const FILES: [&str; 2] = [
+    "examples/data/sample-code-edit.jsonl",
+    "examples/data/sample-chat.jsonl",
+];
+
+/// Replays `file` three times through `spec` and asserts that the third
+/// pass allocates nothing inside the crate's calls (the first must: it
+/// sizes the buffers, which shows the counter works); `between` runs after
+/// the first pass.
+fn assert_third_pass_does_not_allocate(spec: &mut Speculative, file: &str, between: impl FnOnce()) {
+    let sessions = common::load_workload(common::manifest_path(file));
+    let mut history = Vec::with_capacity(1 << 16);
+    let (first, _) = replay_counting(spec, &sessions, &mut history);
+    assert!(
+        first > 0,
+        "the first pass sizes the buffers (the counter works)"
+    );
+    between();
+    replay_counting(spec, &sessions, &mut history);
+    let (third, calls) = replay_counting(spec, &sessions, &mut history);
+    assert!(calls > 1000);
+    assert_eq!(
+        third, 0,
+        "{file}: {third} allocations in {calls} warm calls"
+    );
+}
+
 #[test]
 fn warm_draft_path_does_not_allocate() {
-    for file in [
-        "examples/data/sample-code-edit.jsonl",
-        "examples/data/sample-chat.jsonl",
-    ] {
-        let sessions = common::load_workload(common::manifest_path(file));
+    for file in FILES {
         let config = Config::new([
             Strategy::NgramSimple { n: 12, m: 48 },
             Strategy::NgramMapK { n: 12, m: 48 },
@@ -89,19 +113,7 @@ fn warm_draft_path_does_not_allocate() {
             Strategy::NgramMod { n: 24 },
         ]);
         let mut spec = Speculative::new(&config).unwrap();
-        let mut history = Vec::with_capacity(1 << 16);
-        let (first, _) = replay_counting(&mut spec, &sessions, &mut history);
-        assert!(
-            first > 0,
-            "the first pass sizes the buffers (the counter works)"
-        );
-        replay_counting(&mut spec, &sessions, &mut history);
-        let (third, calls) = replay_counting(&mut spec, &sessions, &mut history);
-        assert!(calls > 1000);
-        assert_eq!(
-            third, 0,
-            "{file}: {third} allocations in {calls} warm draft calls"
-        );
+        assert_third_pass_does_not_allocate(&mut spec, file, || {});
     }
 }
 
@@ -113,11 +125,7 @@ fn warm_draft_path_does_not_allocate() {
 #[test]
 fn warm_recall_on_a_full_memory_does_not_allocate() {
     use selfspec::{Budget, Shared};
-    for file in [
-        "examples/data/sample-code-edit.jsonl",
-        "examples/data/sample-chat.jsonl",
-    ] {
-        let sessions = common::load_workload(common::manifest_path(file));
+    for file in FILES {
         let config = Config::recommended();
         let budget = Budget {
             memory: 4 << 20,
@@ -125,23 +133,11 @@ fn warm_recall_on_a_full_memory_does_not_allocate() {
         };
         let shared = Shared::with_budget(&config, budget).unwrap();
         let mut spec = Speculative::with_shared(&config, &shared).unwrap();
-        let mut history = Vec::with_capacity(1 << 16);
-        let (first, _) = replay_counting(&mut spec, &sessions, &mut history);
-        assert!(
-            first > 0,
-            "the first pass fills the memory (the counter works)"
-        );
-        let held = shared.heap_bytes();
-        replay_counting(&mut spec, &sessions, &mut history);
-        let (third, calls) = replay_counting(&mut spec, &sessions, &mut history);
-        assert!(calls > 1000);
-        assert_eq!(
-            third, 0,
-            "{file}: {third} allocations in {calls} warm calls"
-        );
+        let held = std::cell::Cell::new(0);
+        assert_third_pass_does_not_allocate(&mut spec, file, || held.set(shared.heap_bytes()));
         assert_eq!(
             shared.heap_bytes(),
-            held,
+            held.get(),
             "{file}: the full memory does not grow"
         );
     }
