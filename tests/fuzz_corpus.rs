@@ -64,3 +64,8 @@ fn differential_corpus() {
 fn parse_corpus() {
     assert!(replay("parse", fuzz_ops::parse) >= 300);
 }
+
+#[test]
+fn load_corpus() {
+    assert!(replay("load", fuzz_ops::load) >= 300);
+}

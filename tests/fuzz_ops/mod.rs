@@ -253,3 +253,71 @@ pub fn parse(data: &[u8]) {
         Err(e) => assert!(!e.to_string().is_empty()),
     }
 }
+
+/// FNV-1a, the memory file's checksum (over everything before its last 8
+/// bytes), so that mutated files reach the parser behind the checksum.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// `Shared::from_bytes` (what `Shared::load` reads) on arbitrary bytes: a
+/// typed error or a memory that drafts and saves again, never a panic. The
+/// first byte picks the input: the raw bytes; a valid header followed by
+/// the bytes; or a valid file of a few requests with up to three (offset,
+/// xor) mutations from the bytes and its checksum recomputed, so that the
+/// body's checks are reached.
+pub fn load(data: &[u8]) {
+    let config = Config::new([
+        Strategy::NgramMod { n: 4 },
+        Strategy::Recall {
+            threshold_permille: 130,
+        },
+    ])
+    .with_pool_size(64);
+    let mut b = Bytes(data);
+    let bytes = match b.byte() % 3 {
+        0 => data.to_vec(),
+        1 => {
+            let mut valid = Shared::new(&config).unwrap().to_bytes();
+            valid.truncate(112);
+            valid.extend_from_slice(&data[1..]);
+            valid
+        }
+        _ => {
+            let shared = Shared::new(&config).unwrap();
+            for r in 0..3u32 {
+                let mut spec = Speculative::with_shared(&config, &shared).unwrap();
+                let prompt: Vec<Token> = (0..40).map(|i| (i * 7 + r) % 13).collect();
+                spec.begin(&prompt);
+                let _ = spec.draft(&prompt, 1);
+            }
+            let mut file = shared.to_bytes();
+            let body = file.len() - 8;
+            // Up to three mutations: a file with one bad field reaches that
+            // field's check; one with a changed token still loads.
+            for _ in 0..b.byte() % 4 {
+                let at = (b.u32() as usize) % body;
+                file[at] ^= b.byte() | 1;
+            }
+            let checksum = fnv1a(&file[..body]);
+            file[body..].copy_from_slice(&checksum.to_le_bytes());
+            file
+        }
+    };
+    match Shared::from_bytes(&config, "fuzz", &bytes) {
+        Ok(shared) => {
+            let mut spec = Speculative::with_shared(&config, &shared).unwrap();
+            spec.begin(&[1, 2, 3]);
+            let _ = spec.draft(&[1, 2, 3], 1);
+            let _ = shared.heap_bytes();
+            // What loads saves and loads again.
+            let again = shared.to_bytes();
+            if let Err(e) = Shared::from_bytes(&config, "again", &again) {
+                panic!("a loaded memory's own file does not load: {e}");
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
