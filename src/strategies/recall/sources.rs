@@ -181,6 +181,31 @@ impl Sources<'_> {
             .find(|&o| self.collect(o, hashes[o], scratch) > 0)
     }
 
+    /// Keeps `p` in `best` if its match with the own index's end (`len`)
+    /// is longer (the first position with the longest match wins). `room`
+    /// bounds that match (the text before `p` and before the end) and
+    /// `token(j)` reads `p`'s store. A position can only beat the best match
+    /// `bm` so far if the token `bm` before it matches too: that one compare
+    /// rejects most positions before `match_len` sets up (same result; the
+    /// instruction counts are in DESIGN.md, "The hot path").
+    fn consider(
+        &self,
+        best: &mut Option<(Pos, usize)>,
+        p: Pos,
+        len: u64,
+        room: u64,
+        token: impl Fn(u64) -> Token,
+    ) {
+        let bm = best.map_or(0, |(_, bm)| bm) as u64;
+        if bm > 0 && (bm >= room || token(p.at() - 1 - bm) != self.own.token(len - 1 - bm)) {
+            return;
+        }
+        let m = self.match_len(p, len, &[]);
+        if best.map_or(true, |(_, bm)| m > bm) {
+            *best = Some((p, m));
+        }
+    }
+
     /// After a rejection: the position nearest after an anchor where the
     /// context matches best (an edit resumes copying near where it left off).
     pub(super) fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<(Pos, usize)> {
@@ -195,50 +220,24 @@ impl Sources<'_> {
                 continue;
             }
             let end = (anchor.at() + LOCAL_WINDOW).min(self.end(anchor) - 1);
-            // The first position with the longest match wins.
-            let consider = |best: &mut Option<(Pos, usize)>, p: Pos| {
-                let m = self.match_len(p, len, &[]);
-                if best.map_or(true, |(_, bm)| m > bm) {
-                    *best = Some((p, m));
-                }
-            };
-            let own_room = len - self.own.floor();
             if anchor.in_memory() {
-                // As below: one compare rejects what cannot beat `bm`.
                 let memory = &self.memory;
+                let own_room = len - self.own.floor();
                 memory.each_position_of(anchor.at(), end, last, |q| {
                     let p = q + 1;
-                    let bm = best.map_or(0, |(_, bm)| bm) as u64;
                     let room = (p - memory.floor().min(p)).min(own_room);
-                    if bm == 0
-                        || (bm < room && memory.token(p - 1 - bm) == self.own.token(len - 1 - bm))
-                    {
-                        consider(&mut best, Pos::memory(p));
-                    }
+                    self.consider(&mut best, Pos::memory(p), len, room, |j| memory.token(j));
                 });
             } else {
-                // The own window as a slice: a scan for `last`. A position
-                // can only beat the best match `bm` so far if the token `bm`
-                // before it matches too: one compare rejects most of them
-                // before `match_len` sets up (same result; see DESIGN.md,
-                // "The hot path", for the instruction counts).
-                let floor = self.own.floor();
-                let stream = self.own.tokens_from(floor);
-                let tail = own_room;
-                let window = &self.own.tokens_from(anchor.at())[..ix(end - anchor.at())];
+                // The own window as a slice: a scan for `last`.
+                let own = self.own;
+                let window = &own.tokens_from(anchor.at())[..ix(end - anchor.at())];
                 each_position_of(window, last, |i| {
                     let p = anchor.at() + 1 + i as u64;
-                    let bm = best.map_or(0, |(_, bm)| bm) as u64;
-                    let before = p - floor;
-                    // `bm < before` keeps both indices in range (a match is
-                    // never longer than the text before either end).
-                    if bm == 0
-                        || (bm < before && stream[ix(before - 1 - bm)] == stream[ix(tail - 1 - bm)])
-                    {
-                        consider(&mut best, Pos::own(p));
-                    }
+                    self.consider(&mut best, Pos::own(p), len, p - own.floor(), |j| {
+                        own.token(j)
+                    });
                 });
-                debug_assert!(anchor.at() >= floor);
             }
         }
         best.filter(|&(_, m)| m >= LOCAL_MIN_MATCH)
