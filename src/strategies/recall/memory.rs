@@ -72,6 +72,26 @@ pub(super) struct Tables {
     chunks: Vec<Arc<Chunk>>,
 }
 
+impl Tables {
+    /// The bucket head of contexts tagged `tag` of order `o`.
+    fn head(&self, o: usize, tag: u32) -> &AtomicU32 {
+        &self.heads[(o << self.bits) | (tag >> (32 - self.bits)) as usize]
+    }
+
+    /// Puts the order-`o` context tagged `tag` that ends at `e` at the
+    /// front of its bucket's chain: its link `cell` takes the tag and the
+    /// bucket's head, then the head takes `e`, stored with `publish`.
+    fn chain_front(&self, o: usize, tag: u32, e: u64, cell: &AtomicU64, publish: Ordering) {
+        let head = self.head(o, tag);
+        let previous = head.load(Ordering::Relaxed);
+        cell.store(
+            u64::from(tag) << 32 | u64::from(previous),
+            Ordering::Relaxed,
+        );
+        head.store(low32(e), publish);
+    }
+}
+
 fn atomics32(n: usize) -> std::sync::Arc<[AtomicU32]> {
     (0..n).map(|_| AtomicU32::new(0)).collect()
 }
@@ -421,7 +441,6 @@ impl RecallMemory {
             floor: self.floor.load(Ordering::Relaxed),
             mask: self.capacity - 1,
         };
-        let shift = 32 - next.bits;
         for e in view.floor..view.end {
             let Some((chunk, at)) = view.cell(e) else {
                 continue;
@@ -432,14 +451,7 @@ impl RecallMemory {
                 if link == 0 {
                     continue;
                 }
-                let tag = (link >> 32) as u32;
-                let head = &next.heads[(o << next.bits) | (tag >> shift) as usize];
-                let previous = head.load(Ordering::Relaxed);
-                cell.store(
-                    u64::from(tag) << 32 | u64::from(previous),
-                    Ordering::Relaxed,
-                );
-                head.store(low32(e), Ordering::Relaxed);
+                next.chain_front(o, low32(link >> 32), e, cell, Ordering::Relaxed);
             }
         }
     }
@@ -460,7 +472,6 @@ impl RecallMemory {
         // Index the contexts ending at `p`, whose continuation is this
         // token: a context is indexed once its continuation is held, so no
         // occurrence ever continues into another request's run.
-        let shift = 32 - tables.bits;
         for (o, &k) in ORDERS.iter().enumerate() {
             let cell = &chunk.links[at * K + o];
             if w.run < k as u64 {
@@ -468,15 +479,8 @@ impl RecallMemory {
                 cell.store(0, Ordering::Relaxed);
                 continue;
             }
-            let tag = tag_of(w.rolling[o]);
-            let head = &tables.heads[(o << tables.bits) | (tag >> shift) as usize];
-            let previous = head.load(Ordering::Relaxed);
-            cell.store(
-                u64::from(tag) << 32 | u64::from(previous),
-                Ordering::Relaxed,
-            );
             // The link is visible to whoever sees the head.
-            head.store(low32(p), Ordering::Release);
+            tables.chain_front(o, tag_of(w.rolling[o]), p, cell, Ordering::Release);
         }
         // Then roll the hashes over it, for the contexts ending after it.
         w.run += 1;
@@ -573,12 +577,7 @@ impl Chains for View<'_> {
     }
     #[inline]
     fn first(&self, o: usize, tag: u32) -> Option<u64> {
-        let shift = 32 - self.tables.bits;
-        let head = self
-            .tables
-            .heads
-            .get((o << self.tables.bits) | (tag >> shift) as usize)?;
-        self.widen(head.load(Ordering::Acquire))
+        self.widen(self.tables.head(o, tag).load(Ordering::Acquire))
     }
     #[inline]
     fn link(&self, e: u64, o: usize) -> (u32, Option<u64>) {
