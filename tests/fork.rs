@@ -12,20 +12,9 @@ use selfspec::{Config, DraftLimits, Drafter, Shared, Speculative, Strategy, Toke
 
 /// Tokens from a small alphabet with copies of earlier stretches.
 fn stream(len: usize, seed: u64) -> Vec<Token> {
-    let mut rng = Rng(seed | 1);
-    let mut out: Vec<Token> = Vec::with_capacity(len + 64);
-    while out.len() < len {
-        if out.len() > 32 && rng.pick(3) == 0 {
-            let n = 4 + rng.pick(40);
-            let start = rng.pick(out.len() - n.min(out.len() - 1));
-            let end = (start + n).min(out.len());
-            out.extend_from_within(start..end);
-        } else {
-            out.push(Token::try_from(rng.pick(50)).expect("small"));
-        }
-    }
-    out.truncate(len);
-    out
+    Rng(seed | 1).with_copies(len, (32, 3, 40), |r| {
+        Token::try_from(r.pick(50)).expect("small")
+    })
 }
 
 fn configs() -> Vec<(String, Config)> {

@@ -25,20 +25,7 @@ fn stream(len: usize, seed: u64) -> Vec<i32> {
         151_643,
         42,
     ];
-    let mut rng = Rng(seed | 1);
-    let mut out = Vec::with_capacity(len + 64);
-    while out.len() < len {
-        if out.len() > 32 && rng.pick(3) == 0 {
-            let n = 4 + rng.pick(40);
-            let start = rng.pick(out.len() - n.min(out.len() - 1));
-            let end = (start + n).min(out.len());
-            out.extend_from_within(start..end);
-        } else {
-            out.push(ALPHABET[rng.pick(ALPHABET.len())]);
-        }
-    }
-    out.truncate(len);
-    out
+    Rng(seed | 1).with_copies(len, (32, 3, 40), |r| ALPHABET[r.pick(ALPHABET.len())])
 }
 
 fn to_u32(ids: &[i32]) -> Vec<Token> {

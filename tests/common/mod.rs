@@ -47,15 +47,29 @@ impl Rng {
 
     /// Tokens from a small alphabet with copies of earlier stretches.
     pub fn text(&mut self, len: usize, alphabet: u64) -> Vec<Token> {
-        let mut out: Vec<Token> = Vec::with_capacity(len);
+        self.with_copies(len, (20, 4, 16), |r| {
+            Token::try_from(r.below(alphabet)).expect("a small alphabet")
+        })
+    }
+
+    /// `len` items, each `item(self)` or, from `after` items on and one time
+    /// in `one_in`, a copy of an earlier stretch of 4 to `3 + longest`
+    /// items (as engine outputs repeat themselves).
+    pub fn with_copies<T: Copy>(
+        &mut self,
+        len: usize,
+        (after, one_in, longest): (usize, u64, usize),
+        mut item: impl FnMut(&mut Rng) -> T,
+    ) -> Vec<T> {
+        let mut out = Vec::with_capacity(len + 64);
         while out.len() < len {
-            if out.len() > 20 && self.below(4) == 0 {
-                let n = 4 + self.pick(16);
+            if out.len() > after && self.below(one_in) == 0 {
+                let n = 4 + self.pick(longest);
                 let start = self.pick(out.len() - n.min(out.len() - 1));
                 let end = (start + n).min(out.len());
                 out.extend_from_within(start..end);
             } else {
-                out.push(Token::try_from(self.below(alphabet)).expect("a small alphabet"));
+                out.push(item(self));
             }
         }
         out.truncate(len);
