@@ -1,0 +1,278 @@
+//! How drafting scales with threads on one engine-wide [`Shared`], on this
+//! machine: the recommended config replays a workload with a new drafter per
+//! request, first on one thread, then split into parts (in order, of about
+//! equal output tokens) on as many threads sharing one `Shared`, then on as
+//! many threads with a `Shared` each (nothing shared: the machine's own
+//! ceiling for this work; each part drafts from its own requests only).
+//!
+//! The three runs alternate, round after round, and the speed-up is the
+//! median of each round's ratio: on a noisy machine a neighbour's load then
+//! hits both sides of a ratio alike, where two separately timed medians
+//! drift apart (the `shared-memory` criterion bench times them separately).
+//!
+//! ```text
+//! cargo run --release --example scaling            # sample-chat, 2 threads, 21 rounds
+//! cargo run --release --example scaling -- FILE.jsonl [THREADS [ROUNDS]]
+//! ```
+
+mod common;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use common::{Out, Result};
+use selfspec::replay::{replay_engine, Engine, ReplayReport, Session};
+use selfspec::{Config, Shared};
+
+const USAGE: &str = "usage: scaling [FILE.jsonl [THREADS [ROUNDS]]]";
+/// More threads than this is a typo, not a machine.
+const MAX_THREADS: usize = 1024;
+
+/// A positive integer argument, at most `max`.
+fn count(arg: Option<&String>, name: &str, default: usize, max: usize) -> Result<usize> {
+    let Some(arg) = arg else {
+        return Ok(default);
+    };
+    arg.parse()
+        .ok()
+        .filter(|&n| n > 0 && n <= max)
+        .ok_or_else(|| format!("{name} `{arg}` is not an integer in 1..={max}").into())
+}
+
+/// Output tokens of a session.
+fn output_tokens(session: &Session) -> u64 {
+    session.requests.iter().map(|r| r.output.len() as u64).sum()
+}
+
+/// `sessions` in `n` consecutive parts of about equal output tokens: a part
+/// ends once the parts so far hold their share of the total.
+fn split(sessions: &[Session], n: usize) -> Vec<&[Session]> {
+    let total: u64 = sessions.iter().map(output_tokens).sum();
+    let mut parts = Vec::with_capacity(n);
+    let (mut start, mut so_far) = (0, 0);
+    for (i, session) in sessions.iter().enumerate() {
+        so_far += output_tokens(session);
+        let left = sessions.len() - i - 1;
+        let due = so_far * n as u64 >= total * (parts.len() as u64 + 1);
+        // Every part gets a session: close one when due, or when only as
+        // many sessions are left as parts still to fill.
+        if parts.len() + 1 < n && (due || left == n - parts.len() - 1) {
+            parts.push(&sessions[start..=i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&sessions[start..]);
+    parts
+}
+
+/// Replays `parts`, one thread each, on one `Shared` (or a `Shared` each):
+/// the wall time and the reports, in order.
+fn run_parts(
+    config: &Config,
+    parts: &[&[Session]],
+    private: bool,
+) -> Result<(Duration, Vec<ReplayReport>)> {
+    let shared = Shared::new(config)?;
+    let handles: Vec<Shared> = parts
+        .iter()
+        .map(|_| {
+            if private {
+                Shared::new(config)
+            } else {
+                Ok(shared.clone())
+            }
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let t = Instant::now();
+    let reports = std::thread::scope(|scope| {
+        let running: Vec<_> = parts
+            .iter()
+            .zip(&handles)
+            .map(|(part, shared)| {
+                scope.spawn(move || replay_engine(config, shared, part, Engine::fresh(1)))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|r| r.join().expect("a replay thread panicked"))
+            .collect::<std::result::Result<Vec<_>, _>>()
+    })?;
+    Ok((t.elapsed(), reports))
+}
+
+/// One way of running the workload, timed over the rounds.
+struct Mode {
+    name: String,
+    times: Vec<Duration>,
+    tokens: u64,
+    steps: u64,
+}
+
+impl Mode {
+    fn new(name: String) -> Mode {
+        Mode {
+            name,
+            times: Vec::new(),
+            tokens: 0,
+            steps: 0,
+        }
+    }
+
+    fn add(&mut self, (time, reports): (Duration, Vec<ReplayReport>)) {
+        self.times.push(time);
+        // The drafts are the same every round: keep one round's counts.
+        self.tokens = reports.iter().map(|r| r.tokens).sum();
+        self.steps = reports.iter().map(|r| r.steps).sum();
+    }
+}
+
+/// The median of `xs` (sorted in place).
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn report(
+    out: &mut Out,
+    name: &str,
+    sessions: &[Session],
+    threads: usize,
+    rounds: usize,
+) -> Result {
+    if sessions.len() < threads {
+        return Err(format!(
+            "{name} has {} sessions: fewer than the {threads} threads",
+            sessions.len()
+        )
+        .into());
+    }
+    let config = Config::recommended();
+    let parts = split(sessions, threads);
+    let sizes: Vec<String> = parts
+        .iter()
+        .map(|p| format!("{}", p.iter().map(output_tokens).sum::<u64>()))
+        .collect();
+    let mut modes = [
+        Mode::new("1 thread, the whole file".into()),
+        Mode::new(format!("{threads} threads, one Shared")),
+        Mode::new(format!("{threads} threads, a Shared each")),
+    ];
+    let tokens: u64 = sessions.iter().map(output_tokens).sum();
+    writeln!(
+        out,
+        "{name}: {} sessions, {tokens} output tokens; {threads} parts of {} tokens; {rounds} rounds",
+        sessions.len(),
+        sizes.join(" / ")
+    )?;
+    out.flush()?;
+    for _ in 0..rounds {
+        modes[0].add(run_parts(&config, &[sessions], false)?);
+        modes[1].add(run_parts(&config, &parts, false)?);
+        modes[2].add(run_parts(&config, &parts, true)?);
+    }
+    writeln!(
+        out,
+        "  {:<32} {:>9} {:>9} {:>9} {:>12} {:>7}",
+        "mode", "min ms", "median", "max", "tokens/s", "tau"
+    )?;
+    for mode in &modes {
+        let mut t: Vec<f64> = mode.times.iter().map(|&d| ms(d)).collect();
+        let mid = median(&mut t);
+        writeln!(
+            out,
+            "  {:<32} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>7.3}",
+            mode.name,
+            t[0],
+            mid,
+            t[t.len() - 1],
+            tokens as f64 / (mid / 1e3),
+            mode.tokens as f64 / mode.steps.max(1) as f64,
+        )?;
+    }
+    for (i, what) in [(1, "one Shared"), (2, "a Shared each")] {
+        let mut ratios: Vec<f64> = modes[0]
+            .times
+            .iter()
+            .zip(&modes[i].times)
+            .map(|(&one, &many)| one.as_secs_f64() / many.as_secs_f64())
+            .collect();
+        let mid = median(&mut ratios);
+        writeln!(
+            out,
+            "  speed-up, {what}: {mid:.2}x (median of the rounds' ratios; {:.2}x to {:.2}x)",
+            ratios[0],
+            ratios[ratios.len() - 1]
+        )?;
+    }
+    Ok(())
+}
+
+fn run(out: &mut Out) -> Result {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
+        return Err(format!("unknown option `{flag}`; {USAGE}").into());
+    }
+    if args.len() > 3 {
+        return Err(USAGE.into());
+    }
+    let threads = count(args.get(1), "THREADS", 2, MAX_THREADS)?;
+    let rounds = count(args.get(2), "ROUNDS", 21, 10_000)?;
+    let workloads = match args.first() {
+        Some(file) => vec![(file.clone(), common::read(file)?)],
+        None => common::samples()?
+            .into_iter()
+            .filter(|(name, _)| name == "sample-chat")
+            .collect(),
+    };
+    for (name, sessions) in &workloads {
+        report(out, name, sessions, threads, rounds)?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    common::main("scaling", run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use selfspec::replay::Request;
+
+    fn sessions(outputs: &[usize]) -> Vec<Session> {
+        outputs
+            .iter()
+            .map(|&n| Session {
+                id: String::new(),
+                kind: String::new(),
+                requests: vec![Request::new(vec![1], vec![2; n])],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_covers_the_file_in_order_with_a_session_a_part() {
+        for (outputs, n) in [
+            (&[5, 5, 5, 5][..], 2),
+            (&[100, 1, 1, 1], 2),
+            (&[1, 1, 1, 100], 2),
+            (&[1, 1, 1, 100], 4),
+            (&[3, 0, 0, 3, 7], 3),
+            (&[9], 1),
+        ] {
+            let all = sessions(outputs);
+            let parts = split(&all, n);
+            assert_eq!(parts.len(), n, "{outputs:?} in {n}");
+            assert!(parts.iter().all(|p| !p.is_empty()), "{outputs:?} in {n}");
+            assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), all.len());
+        }
+        // Equal sessions split evenly.
+        let even = sessions(&[5; 8]);
+        assert!(split(&even, 4).iter().all(|p| p.len() == 2));
+    }
+}
