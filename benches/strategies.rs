@@ -620,6 +620,8 @@ fn bench_recall_prompt(c: &mut Criterion) {
 /// output tokens) with a fresh drafter per request, against one thread
 /// replaying all of it: the same work (the same instructions within 0.1%,
 /// callgrind), so the time ratio is the speed-up (issue target: 1.7x).
+/// The two are timed apart; `examples/scaling` pairs them round by round,
+/// which holds up better on a noisy machine.
 fn bench_shared_memory(c: &mut Criterion) {
     let sessions = load(include_str!("../examples/data/sample-chat.jsonl"));
     let tokens: u64 = sessions

@@ -5,6 +5,10 @@
 //! many threads with a `Shared` each (nothing shared: the machine's own
 //! ceiling for this work; each part drafts from its own requests only).
 //!
+//! Each mode's line gives its wall times, its throughput at the median, the
+//! time spent in `draft` calls summed over its threads (median; where
+//! sharing costs, this grows) and its tau.
+//!
 //! The three runs alternate, round after round, and the speed-up is the
 //! median of each round's ratio: on a noisy machine a neighbour's load then
 //! hits both sides of a ratio alike, where two separately timed medians
@@ -105,6 +109,8 @@ fn run_parts(
 struct Mode {
     name: String,
     times: Vec<Duration>,
+    /// Time in `draft` calls, summed over the threads, per round.
+    draft_times: Vec<Duration>,
     tokens: u64,
     steps: u64,
 }
@@ -114,6 +120,7 @@ impl Mode {
         Mode {
             name,
             times: Vec::new(),
+            draft_times: Vec::new(),
             tokens: 0,
             steps: 0,
         }
@@ -121,6 +128,8 @@ impl Mode {
 
     fn add(&mut self, (time, reports): (Duration, Vec<ReplayReport>)) {
         self.times.push(time);
+        self.draft_times
+            .push(reports.iter().map(|r| r.draft_time).sum());
         // The drafts are the same every round: keep one round's counts.
         self.tokens = reports.iter().map(|r| r.tokens).sum();
         self.steps = reports.iter().map(|r| r.steps).sum();
@@ -177,20 +186,22 @@ fn report(
     }
     writeln!(
         out,
-        "  {:<32} {:>9} {:>9} {:>9} {:>12} {:>7}",
-        "mode", "min ms", "median", "max", "tokens/s", "tau"
+        "  {:<32} {:>9} {:>9} {:>9} {:>12} {:>9} {:>7}",
+        "mode", "min ms", "median", "max", "tokens/s", "draft ms", "tau"
     )?;
     for mode in &modes {
         let mut t: Vec<f64> = mode.times.iter().map(|&d| ms(d)).collect();
         let mid = median(&mut t);
+        let mut drafting: Vec<f64> = mode.draft_times.iter().map(|&d| ms(d)).collect();
         writeln!(
             out,
-            "  {:<32} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>7.3}",
+            "  {:<32} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>7.3}",
             mode.name,
             t[0],
             mid,
             t[t.len() - 1],
             tokens as f64 / (mid / 1e3),
+            median(&mut drafting),
             mode.tokens as f64 / mode.steps.max(1) as f64,
         )?;
     }
