@@ -113,25 +113,12 @@ fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> 
 const USAGE: &str = "usage: engine_loop [FILE.jsonl [WORKERS]]";
 
 fn run(out: &mut Out) -> Result {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
-        return Err(format!("unknown option `{flag}`; {USAGE}").into());
-    }
-    if args.len() > 2 {
-        return Err(USAGE.into());
-    }
+    let args = common::positional(USAGE, 2)?;
     let sessions: Vec<Session> = common::workloads(&args[..args.len().min(1)])?
         .into_iter()
         .flat_map(|(_, sessions)| sessions)
         .collect();
-    let workers: usize = match args.get(1) {
-        None => 4,
-        Some(w) => w
-            .parse()
-            .ok()
-            .filter(|&w| w > 0)
-            .ok_or_else(|| format!("WORKERS `{w}` is not a positive integer"))?,
-    };
+    let workers = common::count(args.get(1), "WORKERS", 4, 1024)?;
 
     // One engine-wide state; one Speculative per request, on any worker.
     let config = Config::recommended();

@@ -33,17 +33,6 @@ const USAGE: &str = "usage: scaling [FILE.jsonl [THREADS [ROUNDS]]]";
 /// More threads than this is a typo, not a machine.
 const MAX_THREADS: usize = 1024;
 
-/// A positive integer argument, at most `max`.
-fn count(arg: Option<&String>, name: &str, default: usize, max: usize) -> Result<usize> {
-    let Some(arg) = arg else {
-        return Ok(default);
-    };
-    arg.parse()
-        .ok()
-        .filter(|&n| n > 0 && n <= max)
-        .ok_or_else(|| format!("{name} `{arg}` is not an integer in 1..={max}").into())
-}
-
 /// Output tokens of a session.
 fn output_tokens(session: &Session) -> u64 {
     session.requests.iter().map(|r| r.output.len() as u64).sum()
@@ -224,15 +213,9 @@ fn report(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
-        return Err(format!("unknown option `{flag}`; {USAGE}").into());
-    }
-    if args.len() > 3 {
-        return Err(USAGE.into());
-    }
-    let threads = count(args.get(1), "THREADS", 2, MAX_THREADS)?;
-    let rounds = count(args.get(2), "ROUNDS", 21, 10_000)?;
+    let args = common::positional(USAGE, 3)?;
+    let threads = common::count(args.get(1), "THREADS", 2, MAX_THREADS)?;
+    let rounds = common::count(args.get(2), "ROUNDS", 21, 10_000)?;
     let workloads = match args.first() {
         Some(file) => vec![(file.clone(), common::read(file)?)],
         None => common::samples()?

@@ -128,3 +128,28 @@ pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
     }
     files.iter().map(|f| Ok((f.clone(), read(f)?))).collect()
 }
+
+/// The arguments of a tool that takes positional ones only, at most `max`:
+/// an option (`-x`) or one argument too many is an error that shows `usage`.
+pub fn positional(usage: &str, max: usize) -> Result<Vec<String>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
+        return Err(format!("unknown option `{flag}`; {usage}").into());
+    }
+    if args.len() > max {
+        return Err(usage.into());
+    }
+    Ok(args)
+}
+
+/// A count argument named `name`: `default` when absent, else an integer in
+/// `1..=max`.
+pub fn count(arg: Option<&String>, name: &str, default: usize, max: usize) -> Result<usize> {
+    let Some(arg) = arg else {
+        return Ok(default);
+    };
+    arg.parse()
+        .ok()
+        .filter(|&n| n > 0 && n <= max)
+        .ok_or_else(|| format!("{name} `{arg}` is not an integer in 1..={max}").into())
+}
