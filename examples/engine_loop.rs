@@ -118,7 +118,7 @@ fn run(out: &mut Out) -> Result {
         .into_iter()
         .flat_map(|(_, sessions)| sessions)
         .collect();
-    let workers = common::count(args.get(1), "WORKERS", 4, 1024)?;
+    let workers = common::count(args.get(1), "WORKERS", 4, common::MAX_THREADS)?;
 
     // One engine-wide state; one Speculative per request, on any worker.
     let config = Config::recommended();

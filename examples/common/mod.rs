@@ -129,6 +129,9 @@ pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
     files.iter().map(|f| Ok((f.clone(), read(f)?))).collect()
 }
 
+/// More worker threads than this is a typo, not a machine.
+pub const MAX_THREADS: usize = 1024;
+
 /// The arguments of a tool that takes positional ones only, at most `max`:
 /// an option (`-x`) or one argument too many is an error that shows `usage`.
 pub fn positional(usage: &str, max: usize) -> Result<Vec<String>> {
