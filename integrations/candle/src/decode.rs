@@ -1,0 +1,256 @@
+//! The decoding loops: plain greedy decoding (one token per forward pass) and
+//! self-speculative greedy decoding (selfspec drafts from the token history,
+//! one forward pass verifies `[last] + draft`), and a runtime measurement of
+//! the token cost selfspec's recall strategy weighs its drafts against.
+//!
+//! The engine hooks are marked in [`speculative`] with `// prefill`,
+//! `// propose`, `// verify`, `// commit`, `// rollback` and
+//! `// end of request`.
+
+use std::time::{Duration, Instant};
+
+use candle_core::Tensor;
+use selfspec::{verify, Config, Shared, Speculative};
+
+use crate::{Error, Model};
+
+/// What one request produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Generation {
+    /// The generated tokens (the first comes from the prefill pass).
+    pub tokens: Vec<u32>,
+    /// Forward passes, the prefill included.
+    pub forward_passes: usize,
+    /// Draft tokens sent to verification.
+    pub drafted: usize,
+    /// Draft tokens the model kept.
+    pub accepted: usize,
+    /// Wall-clock time of the request (prefill included).
+    pub elapsed: Duration,
+    /// The smallest top-1 / top-2 logit gap of the rows whose argmax became
+    /// an output token (infinite for a one-token vocabulary).
+    pub min_margin: f32,
+}
+
+impl Generation {
+    /// Generated tokens per forward pass (tau).
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tau(&self) -> f64 {
+        self.tokens.len() as f64 / self.forward_passes.max(1) as f64
+    }
+
+    /// Generated tokens per second.
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn tokens_per_second(&self) -> f64 {
+        self.tokens.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The argmax of each row of `logits` (`[rows, vocab]`, first index on a
+/// tie) and each row's top-1 / top-2 gap.
+///
+/// # Errors
+///
+/// [`Error::Candle`] if `logits` is not a 2-d f32 tensor.
+pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
+    let rows = logits.to_vec2::<f32>()?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for (i, &x) in row.iter().enumerate() {
+                if x > top {
+                    second = top;
+                    top = x;
+                    best = i;
+                } else if x > second {
+                    second = x;
+                }
+            }
+            (u32::try_from(best).unwrap_or(u32::MAX), top - second)
+        })
+        .collect())
+}
+
+/// The last row of a forward pass's logits.
+fn last_row(logits: &Tensor) -> Result<Tensor, Error> {
+    let rows = logits.dim(0)?;
+    Ok(logits.narrow(0, rows - 1, 1)?)
+}
+
+/// Plain greedy decoding: `max_tokens` tokens after `prompt`, one forward
+/// pass each (the baseline).
+///
+/// # Errors
+///
+/// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt token
+/// outside the vocabulary, [`Error::Candle`] if a pass fails.
+pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Generation, Error> {
+    let start = Instant::now();
+    let mut g = Generation {
+        min_margin: f32::INFINITY,
+        ..Generation::default()
+    };
+    if max_tokens == 0 {
+        return Ok(g);
+    }
+    model.reset();
+    let mut logits = last_row(&model.forward(prompt)?)?;
+    g.forward_passes = 1;
+    loop {
+        let (next, margin) = argmax_rows(&logits)?[0];
+        g.tokens.push(next);
+        g.min_margin = g.min_margin.min(margin);
+        if g.tokens.len() == max_tokens {
+            break;
+        }
+        logits = model.forward(&[next])?;
+        g.forward_passes += 1;
+    }
+    g.elapsed = start.elapsed();
+    Ok(g)
+}
+
+/// Speculative greedy decoding with selfspec: the same tokens as [`plain`],
+/// in fewer forward passes where the drafts are accepted.
+///
+/// One [`Speculative`] per request on the engine-wide `shared` (built with
+/// `config`); `token_cost`, if given, goes to
+/// [`Speculative::set_token_cost`].
+///
+/// # Errors
+///
+/// As [`plain`], and [`Error::Selfspec`] for an invalid `config` or
+/// `token_cost`.
+pub fn speculative(
+    model: &mut Model,
+    config: &Config,
+    shared: &Shared,
+    prompt: &[u32],
+    max_tokens: usize,
+    token_cost: Option<f64>,
+) -> Result<Generation, Error> {
+    let start = Instant::now();
+    let mut g = Generation {
+        min_margin: f32::INFINITY,
+        ..Generation::default()
+    };
+    let mut spec = Speculative::with_shared(config, shared)?;
+    if let Some(cost) = token_cost {
+        spec.set_token_cost(cost)?;
+    }
+    if max_tokens == 0 {
+        return Ok(g);
+    }
+
+    // prefill: the cache holds the prompt; its last row gives the first token.
+    model.reset();
+    let logits = last_row(&model.forward(prompt)?)?;
+    g.forward_passes = 1;
+    let (mut last, margin) = argmax_rows(&logits)?[0];
+    g.min_margin = margin;
+    g.tokens.push(last);
+    spec.begin(prompt);
+    // The tokens the model has evaluated (= the KV cache); `last` is not in it.
+    let mut history = prompt.to_vec();
+
+    let mut input = Vec::new();
+    while g.tokens.len() < max_tokens {
+        // propose: at most as many draft tokens as the request still needs
+        // (a pass yields the accepted ones and one more).
+        let room = max_tokens - g.tokens.len();
+        let draft = spec.draft(&history, last);
+        let draft = &draft[..draft.len().min(room - 1)];
+
+        // verify: one pass over [last] + draft at positions len..len + 1 + k;
+        // row i predicts the token after [last] + draft[..i].
+        input.clear();
+        input.push(last);
+        input.extend_from_slice(draft);
+        let rows = argmax_rows(&model.forward(&input)?)?;
+        g.forward_passes += 1;
+        let argmax: Vec<u32> = rows.iter().map(|&(t, _)| t).collect();
+        let v = verify::greedy_next(draft, &argmax).ok_or(Error::Candle(
+            candle_core::Error::Msg("a pass returned fewer rows than tokens".into()),
+        ))?;
+        for &(_, margin) in &rows[..=v.n_accepted] {
+            g.min_margin = g.min_margin.min(margin);
+        }
+
+        // commit: history grows by `last` and the kept draft tokens; the
+        // correction (or bonus) token is the next `last`.
+        g.drafted += draft.len();
+        g.accepted += v.n_accepted;
+        history.push(last);
+        history.extend_from_slice(&draft[..v.n_accepted]);
+        g.tokens.extend_from_slice(&draft[..v.n_accepted]);
+        g.tokens.push(v.next_token);
+        last = v.next_token;
+
+        // rollback: drop the rejected draft positions from the KV cache.
+        model.truncate(history.len())?;
+        spec.accept(v.n_accepted);
+    }
+    // end of request: `Speculative::end_request` goes here once selfspec has
+    // it; until then the request's drafter state is dropped with `spec`.
+    drop(spec);
+    g.elapsed = start.elapsed();
+    Ok(g)
+}
+
+/// Times forward passes of 1 and 17 tokens after a 256-token context and
+/// returns the marginal cost of one more token in a pass relative to a
+/// one-token pass, `(t(17) - t(1)) / 16 / t(1)`, clamped to `[0, 0.99]`
+/// (the range [`Speculative::set_token_cost`] accepts). Leaves the cache
+/// empty.
+///
+/// # Errors
+///
+/// [`Error::Candle`] if a pass fails.
+pub fn measure_token_cost(model: &mut Model) -> Result<f64, Error> {
+    let (t1, t17) = (pass_time(model, 256, 1, 9)?, pass_time(model, 256, 17, 9)?);
+    model.reset();
+    Ok(token_cost_from(t1, t17))
+}
+
+/// `(t17 - t1) / 16 / t1`, clamped to `[0, 0.99]`.
+#[must_use]
+pub fn token_cost_from(t1: Duration, t17: Duration) -> f64 {
+    let (a, b) = (t1.as_secs_f64(), t17.as_secs_f64());
+    if a <= 0.0 {
+        return 0.0;
+    }
+    ((b - a) / 16.0 / a).clamp(0.0, 0.99)
+}
+
+/// The median time of `reps` forward passes of `tokens` tokens after a
+/// `context`-token cache (the pass is rolled back after each timing).
+///
+/// # Errors
+///
+/// [`Error::Candle`] if a pass fails.
+pub fn pass_time(
+    model: &mut Model,
+    context: usize,
+    tokens: usize,
+    reps: usize,
+) -> Result<Duration, Error> {
+    let vocab = u32::try_from(model.config().vocab_size).unwrap_or(u32::MAX);
+    let token = |i: usize| u32::try_from(i % 97).unwrap_or(0) % vocab;
+    let ctx: Vec<u32> = (0..context.max(1)).map(token).collect();
+    let pass: Vec<u32> = (0..tokens.max(1)).map(|i| token(i + 7)).collect();
+    model.reset();
+    model.forward(&ctx)?;
+    let mut times = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let logits = model.forward(&pass)?;
+        argmax_rows(&logits)?;
+        times.push(t.elapsed());
+        model.truncate(ctx.len())?;
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}

@@ -1,0 +1,33 @@
+//! selfspec inside a candle decoder: a small Llama-family model on candle's
+//! CPU device with a truncatable KV cache ([`Model`]), the plain and the
+//! self-speculative greedy decoding loops ([`decode`]), and seeded random
+//! test models ([`RandomModel`]).
+//!
+//! ```
+//! use selfspec_candle::{decode, Model, RandomModel};
+//!
+//! let random = RandomModel::tiny(1);
+//! let mut model = Model::from_tensors(random.tensors()?, &random.config)?;
+//! let config = selfspec::Config::recommended();
+//! let shared = selfspec::Shared::new(&config)?;
+//! let prompt: Vec<u32> = (0..40).map(|i| i % 10).collect();
+//! let plain = decode::plain(&mut model, &prompt, 32)?;
+//! let spec = decode::speculative(&mut model, &config, &shared, &prompt, 32, None)?;
+//! assert_eq!(plain.tokens, spec.tokens);
+//! # Ok::<(), selfspec_candle::Error>(())
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod config;
+pub mod decode;
+mod error;
+mod model;
+pub mod prompts;
+pub mod random;
+
+pub use config::ModelConfig;
+pub use decode::{measure_token_cost, Generation};
+pub use error::Error;
+pub use model::{LayerCache, Model};
+pub use random::RandomModel;

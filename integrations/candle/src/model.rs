@@ -1,0 +1,384 @@
+//! A Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU,
+//! tied or untied lm_head; Qwen2's q/k/v biases and Qwen3's q/k norms when
+//! the weights have them) in f32 on candle's CPU device, with a KV cache that
+//! can be truncated to any position.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::{Error, ModelConfig};
+
+/// A projection `x @ w^T (+ b)`, `w` as stored by Hugging Face (`[out, in]`).
+#[derive(Debug, Clone)]
+struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn load(vb: &VarBuilder, out_dim: usize, in_dim: usize) -> candle_core::Result<Linear> {
+        let weight = vb.get((out_dim, in_dim), "weight")?;
+        let bias = if vb.contains_tensor("bias") {
+            Some(vb.get(out_dim, "bias")?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// `x`: `[t, in]` -> `[t, out]`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = x.matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    input_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    /// Qwen3's per-head RMSNorm of queries and keys.
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_norm: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Layer {
+    fn load(vb: &VarBuilder, c: &ModelConfig) -> candle_core::Result<Layer> {
+        let (h, d) = (c.hidden_size, c.head_dim());
+        let attn = vb.pp("self_attn");
+        let mlp = vb.pp("mlp");
+        let norm = |vb: &VarBuilder, name: &str, n: usize| -> candle_core::Result<Option<Tensor>> {
+            if vb.contains_tensor(&format!("{name}.weight")) {
+                Ok(Some(vb.pp(name).get(n, "weight")?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Layer {
+            input_norm: vb.pp("input_layernorm").get(h, "weight")?,
+            q: Linear::load(&attn.pp("q_proj"), c.num_attention_heads * d, h)?,
+            k: Linear::load(&attn.pp("k_proj"), c.kv_heads() * d, h)?,
+            v: Linear::load(&attn.pp("v_proj"), c.kv_heads() * d, h)?,
+            o: Linear::load(&attn.pp("o_proj"), h, c.num_attention_heads * d)?,
+            q_norm: norm(&attn, "q_norm", d)?,
+            k_norm: norm(&attn, "k_norm", d)?,
+            post_norm: vb.pp("post_attention_layernorm").get(h, "weight")?,
+            gate: Linear::load(&mlp.pp("gate_proj"), c.intermediate_size, h)?,
+            up: Linear::load(&mlp.pp("up_proj"), c.intermediate_size, h)?,
+            down: Linear::load(&mlp.pp("down_proj"), h, c.intermediate_size)?,
+        })
+    }
+}
+
+/// One layer's cached keys and values, each `[kv_heads, positions, head_dim]`.
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    /// Keys (after RoPE).
+    pub k: Tensor,
+    /// Values.
+    pub v: Tensor,
+}
+
+/// The decoder and its KV cache (one sequence).
+///
+/// [`forward`](Model::forward) evaluates tokens at the positions after the
+/// cache and appends their keys and values; [`truncate`](Model::truncate)
+/// drops positions from the end (the rollback after a rejected draft).
+#[derive(Debug, Clone)]
+pub struct Model {
+    config: ModelConfig,
+    device: Device,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Tensor,
+    cache: Vec<Option<LayerCache>>,
+    len: usize,
+}
+
+impl Model {
+    /// Reads the weights of `config` from a safetensors file with candle's
+    /// loader (`candle_core::safetensors::load`), converting them to f32.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid `config`, [`Error::Weights`] for a
+    /// file that cannot be read or lacks a tensor (or has one of the wrong
+    /// shape).
+    pub fn load(weights: &Path, config: &ModelConfig) -> Result<Model, Error> {
+        config.validate()?;
+        let device = Device::Cpu;
+        let wrap = |source| Error::Weights {
+            path: weights.to_path_buf(),
+            source,
+        };
+        let tensors = candle_core::safetensors::load(weights, &device).map_err(wrap)?;
+        Model::from_tensors(tensors, config).map_err(|e| match e {
+            Error::Candle(source) => wrap(source),
+            e => e,
+        })
+    }
+
+    /// Builds the model from named tensors (Llama's names:
+    /// `model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`,
+    /// ..., `model.norm.weight`, `lm_head.weight`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid `config`, [`Error::Candle`] for a
+    /// missing tensor or one of the wrong shape.
+    pub fn from_tensors(
+        tensors: HashMap<String, Tensor>,
+        config: &ModelConfig,
+    ) -> Result<Model, Error> {
+        config.validate()?;
+        let device = Device::Cpu;
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &device);
+        let (v, h) = (config.vocab_size, config.hidden_size);
+        let m = vb.pp("model");
+        let embed = m.pp("embed_tokens").get((v, h), "weight")?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| Layer::load(&m.pp(format!("layers.{i}")), config))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let norm = m.pp("norm").get(h, "weight")?;
+        let lm_head = if vb.contains_tensor("lm_head.weight") {
+            vb.pp("lm_head").get((v, h), "weight")?
+        } else if config.tie_word_embeddings {
+            embed.clone()
+        } else {
+            return Err(Error::Config(
+                "no lm_head.weight and tie_word_embeddings is false".into(),
+            ));
+        };
+        Ok(Model {
+            config: config.clone(),
+            device,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            cache: vec![None; config.num_hidden_layers],
+            len: 0,
+        })
+    }
+
+    /// The model's configuration.
+    #[must_use]
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Positions in the KV cache.
+    #[must_use]
+    pub fn cache_len(&self) -> usize {
+        self.len
+    }
+
+    /// The KV cache, one entry per layer (`None` while empty).
+    #[must_use]
+    pub fn cache(&self) -> &[Option<LayerCache>] {
+        &self.cache
+    }
+
+    /// Empties the KV cache (a new sequence).
+    pub fn reset(&mut self) {
+        self.cache.iter_mut().for_each(|c| *c = None);
+        self.len = 0;
+    }
+
+    /// Keeps the first `len` positions of the KV cache (no-op when it holds
+    /// no more).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Candle`] if a cached tensor cannot be narrowed (not expected).
+    pub fn truncate(&mut self, len: usize) -> Result<(), Error> {
+        if len >= self.len {
+            return Ok(());
+        }
+        if len == 0 {
+            self.reset();
+            return Ok(());
+        }
+        for c in self.cache.iter_mut().flatten() {
+            c.k = c.k.narrow(1, 0, len)?;
+            c.v = c.v.narrow(1, 0, len)?;
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Evaluates `tokens` at positions `cache_len()..cache_len() + tokens.len()`
+    /// (one forward pass), appends their keys and values to the cache and
+    /// returns the logits, `[tokens.len(), vocab]`: row `i` predicts the
+    /// token after `tokens[..=i]`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyPrompt`] for no tokens, [`Error::TokenOutOfRange`] for a
+    /// token the vocabulary lacks, [`Error::Candle`] if an operation fails.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor, Error> {
+        if tokens.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::TokenOutOfRange { token, vocab });
+        }
+        let t = tokens.len();
+        let offset = self.len;
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?; // [t, hidden]
+        let (cos, sin) = self.rope_tables(offset, t)?;
+        let mask = if t > 1 {
+            Some(causal_mask(offset, t, &self.device)?)
+        } else {
+            None
+        };
+        let eps = self.eps();
+        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
+            x = layer_forward(
+                layer,
+                &self.config,
+                eps,
+                &x,
+                &cos,
+                &sin,
+                mask.as_ref(),
+                cache,
+            )?;
+        }
+        self.len += t;
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        Ok(x.matmul(&self.lm_head.t()?)?)
+    }
+
+    #[allow(clippy::cast_possible_truncation)] // an f64 epsilon to candle's f32 kernel
+    fn eps(&self) -> f32 {
+        self.config.rms_norm_eps as f32
+    }
+
+    /// cos / sin of the rotation angles at positions `offset..offset + t`,
+    /// each `[t, head_dim / 2]`.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    fn rope_tables(&self, offset: usize, t: usize) -> candle_core::Result<(Tensor, Tensor)> {
+        let half = self.config.head_dim() / 2;
+        let theta = self.config.rope_theta;
+        let mut cos = Vec::with_capacity(t * half);
+        let mut sin = Vec::with_capacity(t * half);
+        for p in offset..offset + t {
+            for i in 0..half {
+                let inv_freq = 1.0 / theta.powf((2 * i) as f64 / (2 * half) as f64);
+                let angle = p as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (t, half), &self.device)?,
+            Tensor::from_vec(sin, (t, half), &self.device)?,
+        ))
+    }
+}
+
+/// `[t, offset + t]`: 0 where query `i` (position `offset + i`) may see key
+/// `j`, minus infinity after it.
+fn causal_mask(offset: usize, t: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let keys = offset + t;
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| {
+            (0..keys).map(move |j| {
+                if j > offset + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Tensor::from_vec(mask, (t, keys), device)
+}
+
+#[allow(clippy::too_many_arguments, clippy::cast_precision_loss)]
+fn layer_forward(
+    layer: &Layer,
+    c: &ModelConfig,
+    eps: f32,
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    mask: Option<&Tensor>,
+    cache: &mut Option<LayerCache>,
+) -> candle_core::Result<Tensor> {
+    let (t, _) = x.dims2()?;
+    let (nh, nkv, d) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
+    let rep = nh / nkv;
+
+    let h = candle_nn::ops::rms_norm(x, &layer.input_norm, eps)?;
+    let mut q = layer.q.forward(&h)?.reshape((t, nh, d))?;
+    let mut k = layer.k.forward(&h)?.reshape((t, nkv, d))?;
+    let v = layer.v.forward(&h)?.reshape((t, nkv, d))?;
+    if let Some(w) = &layer.q_norm {
+        q = candle_nn::ops::rms_norm(&q.contiguous()?, w, eps)?;
+    }
+    if let Some(w) = &layer.k_norm {
+        k = candle_nn::ops::rms_norm(&k.contiguous()?, w, eps)?;
+    }
+    // [1, heads, t, d] for candle's RoPE kernel (Llama's half-split rotation).
+    let q = candle_nn::rotary_emb::rope(&q.transpose(0, 1)?.contiguous()?.unsqueeze(0)?, cos, sin)?
+        .squeeze(0)?;
+    let k = candle_nn::rotary_emb::rope(&k.transpose(0, 1)?.contiguous()?.unsqueeze(0)?, cos, sin)?
+        .squeeze(0)?;
+    let v = v.transpose(0, 1)?.contiguous()?; // [nkv, t, d]
+
+    let (k, v) = match cache.take() {
+        Some(old) => (
+            Tensor::cat(&[&old.k, &k], 1)?,
+            Tensor::cat(&[&old.v, &v], 1)?,
+        ),
+        None => (k, v),
+    };
+    *cache = Some(LayerCache {
+        k: k.clone(),
+        v: v.clone(),
+    });
+    let keys = k.dim(1)?;
+
+    // Grouped-query attention without copying the keys: the `rep` query
+    // heads of a key head are stacked along the rows, [nkv, rep * t, d].
+    let q = q.reshape((nkv, rep * t, d))?;
+    let scale = 1.0 / (d as f64).sqrt();
+    let att = (q.matmul(&k.t()?)? * scale)?; // [nkv, rep * t, keys]
+    let att = match mask {
+        Some(m) => att
+            .reshape((nkv, rep, t, keys))?
+            .broadcast_add(m)?
+            .reshape((nkv, rep * t, keys))?,
+        None => att,
+    };
+    let att = candle_nn::ops::softmax_last_dim(&att)?;
+    let out = att.matmul(&v.contiguous()?)?; // [nkv, rep * t, d]
+    let out = out
+        .reshape((nh, t, d))?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((t, nh * d))?;
+    let x = (x + layer.o.forward(&out)?)?;
+
+    let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
+    let mlp = (candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?;
+    x + layer.down.forward(&mlp)?
+}
