@@ -231,6 +231,17 @@ impl Model {
     /// [`Error::EmptyPrompt`] for no tokens, [`Error::TokenOutOfRange`] for a
     /// token the vocabulary lacks, [`Error::Candle`] if an operation fails.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor, Error> {
+        let x = self.hidden(tokens)?;
+        Ok(x.matmul(&self.lm_head.t()?)?)
+    }
+
+    /// As [`forward`](Model::forward), but returns the lm_head's input (the
+    /// final RMSNorm's output), `[tokens.len(), hidden]`.
+    ///
+    /// # Errors
+    ///
+    /// As [`forward`](Model::forward).
+    pub fn hidden(&mut self, tokens: &[u32]) -> Result<Tensor, Error> {
         if tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
@@ -262,8 +273,7 @@ impl Model {
             )?;
         }
         self.len += t;
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
-        Ok(x.matmul(&self.lm_head.t()?)?)
+        Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
     }
 
     #[allow(clippy::cast_possible_truncation)] // an f64 epsilon to candle's f32 kernel
