@@ -4,9 +4,10 @@
 //! positions each.
 //!
 //! Measured (candle 0.11.1, this machine): no flip in either; the largest
-//! logit difference 2.4e-6 (successor 0) and 2.9e-6 (successor 3), up to
-//! 5.7e-6 with successor 10; margins below 1e-4 at 0 (successor 0, smallest
-//! 1.3e-4), 4 (3), 2 (6) and 0 (10) of the 8,000 positions: the successor
+//! logit difference 2.4e-6 (successor 0) and 2.9e-6 (successor 3); margins
+//! below 1e-4 at 0 (successor 0, smallest 1.3e-4) and 2 (successor 3,
+//! smallest 3.1e-6) of the 7,992 positions (0 to 4 with other successor
+//! weights and cycle lengths, up to 5.7e-6 of logit difference): the successor
 //! term does not keep decisions clear of ties, so `tests/equivalence.rs`
 //! builds its model with `common::with_clear_margins`. The test fails if a
 //! flip ever happens at a margin of 1e-4 or more (a flip that is not a near
