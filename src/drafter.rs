@@ -7,54 +7,100 @@ use crate::Error;
 
 /// A token id, as the engine's tokenizer numbers it.
 ///
-/// Engines whose token type is `i32` (llama.cpp bindings) convert with
-/// `id as u32`; every strategy hashes ids the way llama.cpp hashes its `i32`
-/// tokens, so the conversion keeps reference-exact drafts even for negative ids.
-/// The owned-history API ([`Speculative::draft_next`](crate::Speculative::draft_next))
-/// takes `i32` ids as they are ([`IntoToken`]).
+/// Every strategy hashes ids the way llama.cpp hashes its `i32` tokens, so
+/// engines with `i32` ids keep reference-exact drafts: the owned-history API
+/// ([`Speculative::draft_next`](crate::Speculative::draft_next)) and
+/// [`verify`](crate::verify) take and return `i32` ids as they are
+/// ([`IntoToken`]).
 pub type Token = u32;
 
-/// A token id the owned-history API of [`Speculative`](crate::Speculative)
+/// An engine's token id: [`Token`] (`u32`), `i32` (llama.cpp's
+/// `llama_token`) and references to either. The owned-history API of
+/// [`Speculative`](crate::Speculative)
 /// ([`begin_owned`](crate::Speculative::begin_owned),
 /// [`extend_history`](crate::Speculative::extend_history),
-/// [`draft_next`](crate::Speculative::draft_next)) takes as it is: [`Token`]
-/// (`u32`), `i32` (llama.cpp's `llama_token`) and references to either.
+/// [`draft_next`](crate::Speculative::draft_next)) and [`verify`](crate::verify)
+/// take and return the engine's own ids with it.
 ///
-/// An `i32` id becomes the `u32` with the same bits (`id as u32`), the value
-/// llama.cpp's hashes see: drafts are those of the `&[u32]` API on the
-/// converted stream. The way back, for the draft tokens, is
-/// `i32::from_ne_bytes(t.to_ne_bytes())` (`t as i32`).
+/// An `i32` id becomes the `u32` with the same bits, the value llama.cpp's
+/// hashes see: drafts are those of the `&[u32]` API on the converted
+/// stream, and [`from_token`](IntoToken::from_token) is the way back.
 ///
 /// ```
 /// use selfspec::IntoToken;
 ///
 /// assert_eq!((-1i32).into_token(), u32::MAX);
+/// assert_eq!(i32::from_token(u32::MAX), -1);
 /// assert_eq!(7u32.into_token(), 7);
 /// assert_eq!((&-2i32).into_token(), u32::MAX - 1);
 /// ```
 pub trait IntoToken: Copy {
+    /// The id type itself (`u32` or `i32`; for a reference, the referenced type).
+    type Id: IntoToken<Id = Self::Id> + PartialEq;
+
     /// The id as a [`Token`].
     fn into_token(self) -> Token;
+
+    /// The engine's id for `token` (the inverse of
+    /// [`into_token`](IntoToken::into_token)).
+    fn from_token(token: Token) -> Self::Id;
+
+    /// `draft` in the engine's ids: `draft` itself for `u32`, else written
+    /// into `buffer` (reused: no allocation once it has grown).
+    #[doc(hidden)]
+    fn ids<'a>(draft: &'a [Token], buffer: &'a mut Vec<i32>) -> &'a [Self::Id];
 }
 
 impl IntoToken for Token {
+    type Id = Token;
+
     #[inline]
     fn into_token(self) -> Token {
         self
     }
+    #[inline]
+    fn from_token(token: Token) -> Token {
+        token
+    }
+    #[inline]
+    fn ids<'a>(draft: &'a [Token], _: &'a mut Vec<i32>) -> &'a [Token] {
+        draft
+    }
 }
 
 impl IntoToken for i32 {
+    type Id = i32;
+
     #[inline]
     fn into_token(self) -> Token {
         Token::from_ne_bytes(self.to_ne_bytes())
     }
+    #[inline]
+    fn from_token(token: Token) -> i32 {
+        i32::from_ne_bytes(token.to_ne_bytes())
+    }
+    #[inline]
+    fn ids<'a>(draft: &'a [Token], buffer: &'a mut Vec<i32>) -> &'a [i32] {
+        buffer.clear();
+        buffer.extend(draft.iter().map(|&t| i32::from_token(t)));
+        buffer
+    }
 }
 
 impl<T: IntoToken> IntoToken for &T {
+    type Id = T::Id;
+
     #[inline]
     fn into_token(self) -> Token {
         (*self).into_token()
+    }
+    #[inline]
+    fn from_token(token: Token) -> T::Id {
+        T::from_token(token)
+    }
+    #[inline]
+    fn ids<'a>(draft: &'a [Token], buffer: &'a mut Vec<i32>) -> &'a [T::Id] {
+        T::ids(draft, buffer)
     }
 }
 
@@ -175,6 +221,13 @@ pub trait Drafter: Send + fmt::Debug {
     /// The orchestrator never forwards `n_accepted == 0` (as llama.cpp).
     fn accept(&mut self, n_accepted: usize);
 
+    /// The current request has ended: a drafter that learns across requests
+    /// hands what it holds of this one to the engine-wide state (recall
+    /// publishes the request's tokens to the [`Shared`](crate::Shared)
+    /// memory). The next request starts with [`begin`](Drafter::begin).
+    /// Nothing by default.
+    fn end_request(&mut self) {}
+
     /// Heap bytes this drafter holds for its sequence (shared state, such as
     /// ngram-mod's pool, is not counted). For memory accounting; 0 by default.
     fn heap_bytes(&self) -> usize {
@@ -233,6 +286,9 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn accept(&mut self, n_accepted: usize) {
         (**self).accept(n_accepted)
+    }
+    fn end_request(&mut self) {
+        (**self).end_request()
     }
     fn heap_bytes(&self) -> usize {
         (**self).heap_bytes()

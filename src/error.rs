@@ -4,15 +4,23 @@ use std::io;
 use std::sync::Arc;
 
 /// Everything that can go wrong when building a [`Speculative`](crate::Speculative)
-/// or parsing a [`Strategy`](crate::Strategy).
+/// or a [`Shared`](crate::Shared), or parsing a [`Strategy`](crate::Strategy).
 ///
-/// Messages name the offending field and what is allowed. File errors carry
-/// a typed problem ([`CacheFileProblem`], [`MemoryFileProblem`],
-/// [`WorkloadProblem`]) as their [`source`](std::error::Error::source); an
-/// I/O failure keeps its [`io::Error`] (shared in an [`Arc`] so that `Error`
-/// stays `Clone`; [`Error::io_error`] reaches it). Errors compare equal when
-/// their fields do, I/O errors by kind and message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Messages name the offending field and what is allowed. Match on the
+/// variant (the kind; new kinds may be added) rather than comparing errors.
+/// File errors carry a typed problem ([`CacheFileProblem`],
+/// [`MemoryFileProblem`]) as their [`source`](std::error::Error::source);
+/// an I/O failure keeps its [`io::Error`] as the problem's source (shared in
+/// an [`Arc`] so that `Error` stays `Clone`; [`Error::io_error`] reaches it).
+///
+/// ```
+/// use selfspec::{Config, Error, Speculative};
+///
+/// let err = Speculative::new(&Config::default().with_draft_max(0)).unwrap_err();
+/// assert!(matches!(err, Error::OutOfRange { field: "draft_max", .. }));
+/// assert_eq!(err.to_string(), "config: `draft_max` = 0 is out of range; allowed: 1..=4096");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A numeric parameter is outside the range the strategy can use.
@@ -49,19 +57,6 @@ pub enum Error {
         /// The name given.
         name: String,
     },
-    /// A workload file that cannot be read or parsed. Shown as
-    /// `FILE:LINE: problem`, or `FILE: problem` for line 0 (the file itself:
-    /// an I/O error).
-    #[error("{}: {problem}", location(.source_name, *.line))]
-    Workload {
-        /// The file (or label) the workload came from.
-        source_name: String,
-        /// 1-based line of the offending session, 0 for the file as a whole.
-        line: usize,
-        /// What is wrong.
-        #[source]
-        problem: WorkloadProblem,
-    },
     /// A llama.cpp lookup cache file that cannot be read, written or parsed.
     #[error("lookup cache {}: byte {offset}: {problem}", path.display())]
     CacheFile {
@@ -75,10 +70,20 @@ pub enum Error {
     },
     /// A token cost ([`Speculative::set_token_cost`](crate::Speculative::set_token_cost))
     /// outside `[0, 1)`.
-    #[error("token cost {cost} is out of range; allowed: 0 <= cost < 1 (the price of one verified token relative to a forward pass)")]
+    #[error("token cost {} is out of range; allowed: 0 <= cost < 1 (the price of one verified token relative to a forward pass)", short_float(*.cost))]
     TokenCost {
-        /// The cost given, as written by `{}` (a float is not `Eq`).
-        cost: String,
+        /// The cost given.
+        cost: f64,
+    },
+    /// [`Speculative::with_shared`](crate::Speculative::with_shared) for a
+    /// chain with ngram-mod whose `pool_size` is not the one the
+    /// [`Shared`](crate::Shared) was built with.
+    #[error("config: `pool_size` = {config}, but the Shared was built with pool_size = {shared}; build the Shared from this configuration or set the same pool_size")]
+    PoolSizeMismatch {
+        /// The configuration's pool size.
+        config: usize,
+        /// The `Shared`'s.
+        shared: usize,
     },
     /// A memory file ([`Shared::save`](crate::Shared::save) /
     /// [`Shared::load`](crate::Shared::load)) that cannot be read, written or used.
@@ -111,8 +116,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// The I/O error behind a file error ([`Error::Workload`],
-    /// [`Error::CacheFile`] or [`Error::MemoryFile`] that could not read or
+    /// The I/O error behind a file error ([`Error::CacheFile`] or
+    /// [`Error::MemoryFile`] that could not read or
     /// write its file), if any.
     ///
     /// ```
@@ -122,11 +127,7 @@ impl Error {
     #[must_use]
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            Error::Workload {
-                problem: WorkloadProblem::Io(e),
-                ..
-            }
-            | Error::CacheFile {
+            Error::CacheFile {
                 problem: CacheFileProblem::Io(e),
                 ..
             }
@@ -138,38 +139,6 @@ impl Error {
         }
     }
 }
-
-/// I/O errors compare by kind and message (`io::Error` has no `PartialEq`).
-fn same_io(a: &io::Error, b: &io::Error) -> bool {
-    a.kind() == b.kind() && a.to_string() == b.to_string()
-}
-
-/// What is wrong with a workload file ([`Error::Workload`]).
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkloadProblem {
-    /// The file cannot be read.
-    #[error(transparent)]
-    Io(Arc<io::Error>),
-    /// A line is not a session (the JSON parser's message).
-    #[error("{message}")]
-    Parse {
-        /// What the parser says.
-        message: String,
-    },
-}
-
-impl PartialEq for WorkloadProblem {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Io(a), Self::Io(b)) => same_io(a, b),
-            (Self::Parse { message: a }, Self::Parse { message: b }) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl Eq for WorkloadProblem {}
 
 /// What is wrong with a llama.cpp lookup cache file ([`Error::CacheFile`];
 /// the error's offset says where).
@@ -208,46 +177,6 @@ pub enum CacheFileProblem {
         /// Its count.
         count: i32,
     },
-}
-
-impl PartialEq for CacheFileProblem {
-    fn eq(&self, other: &Self) -> bool {
-        use CacheFileProblem as P;
-        match (self, other) {
-            (P::Io(a), P::Io(b)) => same_io(a, b),
-            (P::MissingFollowerCount, P::MissingFollowerCount) => true,
-            (P::FollowerCount { count: a }, P::FollowerCount { count: b }) => a == b,
-            (
-                P::Truncated {
-                    record,
-                    followers,
-                    need,
-                    left,
-                },
-                P::Truncated {
-                    record: r,
-                    followers: f,
-                    need: n,
-                    left: l,
-                },
-            ) => (record, followers, need, left) == (r, f, n, l),
-            (P::Count { token, count }, P::Count { token: t, count: c }) => {
-                (token, count) == (t, c)
-            }
-            _ => false,
-        }
-    }
-}
-
-impl Eq for CacheFileProblem {}
-
-/// `FILE:LINE`, or `FILE` alone for line 0.
-fn location(source: &str, line: usize) -> String {
-    if line == 0 {
-        source.to_string()
-    } else {
-        format!("{source}:{line}")
-    }
 }
 
 /// What is wrong with a memory file ([`Error::MemoryFile`]).
@@ -304,49 +233,23 @@ pub enum MemoryFileProblem {
     },
 }
 
-impl PartialEq for MemoryFileProblem {
-    fn eq(&self, other: &Self) -> bool {
-        use MemoryFileProblem as P;
-        match (self, other) {
-            (P::Io(a), P::Io(b)) => same_io(a, b),
-            (P::NotAMemoryFile, P::NotAMemoryFile) => true,
-            (
-                P::Version { found, supported },
-                P::Version {
-                    found: f,
-                    supported: s,
-                },
-            ) => (found, supported) == (f, s),
-            (
-                P::Truncated { expected, found },
-                P::Truncated {
-                    expected: e,
-                    found: f,
-                },
-            ) => (expected, found) == (e, f),
-            (
-                P::Checksum { stored, computed },
-                P::Checksum {
-                    stored: s,
-                    computed: c,
-                },
-            ) => (stored, computed) == (s, c),
-            (
-                P::Incompatible {
-                    field,
-                    file,
-                    config,
-                },
-                P::Incompatible {
-                    field: f,
-                    file: x,
-                    config: c,
-                },
-            ) => (field, file, config) == (f, x, c),
-            (P::Corrupt { what }, P::Corrupt { what: w }) => what == w,
-            _ => false,
+/// A float for a message: at most 6 significant digits, in scientific
+/// notation far from 1 (`-1e-300`, not 300 digits).
+pub(crate) fn short_float(x: f64) -> String {
+    let trim = |m: &str| {
+        if m.contains('.') {
+            m.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            m.to_string()
         }
+    };
+    if x != 0.0 && x.is_finite() && !(1e-4..1e6).contains(&x.abs()) {
+        let s = format!("{x:.5e}");
+        match s.split_once('e') {
+            Some((mantissa, exp)) => format!("{}e{exp}", trim(mantissa)),
+            None => s,
+        }
+    } else {
+        trim(&format!("{x:.6}"))
     }
 }
-
-impl Eq for MemoryFileProblem {}

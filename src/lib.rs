@@ -86,6 +86,7 @@ pub mod config;
 mod drafter;
 mod error;
 mod index;
+#[cfg(feature = "replay")]
 pub mod replay;
 mod shared;
 mod speculative;
@@ -96,8 +97,8 @@ pub mod verify;
 
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter, IntoToken, Token};
-pub use error::{CacheFileProblem, Error, MemoryFileProblem, WorkloadProblem};
-pub use shared::{Budget, Shared};
+pub use error::{CacheFileProblem, Error, MemoryFileProblem};
+pub use shared::{Budget, Shared, SharedBuilder, SharedStats};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;

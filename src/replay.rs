@@ -1,5 +1,6 @@
 //! Draft quality without a model: replaying recorded generations under greedy
-//! verification (the protocol of `REPLAY.md`).
+//! verification (the protocol of `docs/replay.md` in the repository). An
+//! evaluation tool, behind the `replay` feature: engines do not need it.
 //!
 //! For each request: `begin(prompt)`, then per step `draft(history, last)`,
 //! verification against the recorded output (the accepted prefix is the longest
@@ -71,35 +72,150 @@ impl Session {
     }
 }
 
+/// A workload that cannot be read or parsed ([`read_workload`],
+/// [`parse_workload`]). Shown as `FILE:LINE: problem`, or `FILE: problem`
+/// for the file as a whole (an I/O error).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {problem}", location(.source_name, *.line))]
+pub struct WorkloadError {
+    /// The file (or label) the workload came from.
+    pub source_name: String,
+    /// 1-based line of the offending session, 0 for the file as a whole.
+    pub line: usize,
+    /// What is wrong.
+    #[source]
+    pub problem: WorkloadProblem,
+}
+
+/// What is wrong with a workload ([`WorkloadError`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadProblem {
+    /// The file cannot be read.
+    #[error(transparent)]
+    Io(std::io::Error),
+    /// A line is not a session (the JSON parser's message).
+    #[error("{message}")]
+    Parse {
+        /// What the parser says.
+        message: String,
+    },
+    /// The first request of a session has `"extend"`: there is no earlier
+    /// request to extend.
+    #[error("request {request}: `extend` in a session's first request; the first request needs `prompt`")]
+    ExtendInFirst {
+        /// 0-based request index.
+        request: usize,
+    },
+    /// A request has both `"prompt"` and `"extend"`.
+    #[error("request {request}: both `prompt` and `extend`; give one (`extend`: prompt = previous prompt + previous output + extend)")]
+    PromptAndExtend {
+        /// 0-based request index.
+        request: usize,
+    },
+    /// A request has neither `"prompt"` nor `"extend"`.
+    #[error("request {request}: neither `prompt` nor `extend`")]
+    NoPrompt {
+        /// 0-based request index.
+        request: usize,
+    },
+}
+
+/// `FILE:LINE`, or `FILE` alone for line 0.
+fn location(source: &str, line: usize) -> String {
+    if line == 0 {
+        source.to_string()
+    } else {
+        format!("{source}:{line}")
+    }
+}
+
+/// A request as a workload line holds it: a whole `prompt`, or (compact
+/// form) an `extend` of the previous request's prompt and output.
+#[derive(serde::Deserialize)]
+struct LineRequest {
+    prompt: Option<Vec<Token>>,
+    extend: Option<Vec<Token>>,
+    output: Vec<Token>,
+}
+
+/// A session as a workload line holds it.
+#[derive(serde::Deserialize)]
+struct LineSession {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    kind: String,
+    requests: Vec<LineRequest>,
+}
+
+impl LineSession {
+    /// The session with every prompt whole.
+    fn expand(self) -> Result<Session, WorkloadProblem> {
+        let mut requests: Vec<Request> = Vec::with_capacity(self.requests.len());
+        for (i, r) in self.requests.into_iter().enumerate() {
+            let prompt = match (r.prompt, r.extend, requests.last()) {
+                (Some(_), Some(_), _) => {
+                    return Err(WorkloadProblem::PromptAndExtend { request: i })
+                }
+                (None, None, _) => return Err(WorkloadProblem::NoPrompt { request: i }),
+                (None, Some(_), None) => return Err(WorkloadProblem::ExtendInFirst { request: i }),
+                (Some(prompt), None, _) => prompt,
+                (None, Some(extend), Some(previous)) => {
+                    let mut prompt = Vec::with_capacity(
+                        previous.prompt.len() + previous.output.len() + extend.len(),
+                    );
+                    prompt.extend_from_slice(&previous.prompt);
+                    prompt.extend_from_slice(&previous.output);
+                    prompt.extend_from_slice(&extend);
+                    prompt
+                }
+            };
+            requests.push(Request::new(prompt, r.output));
+        }
+        Ok(Session::new(self.id, self.kind, requests))
+    }
+}
+
 /// Parses a workload in JSON Lines (one [`Session`] per line: `{"id", "kind",
-/// "requests": [{"prompt": [..], "output": [..]}]}`); `name` labels errors.
+/// "requests": [{"prompt": [..], "output": [..]}]}`, other keys ignored);
+/// `name` labels errors. In the compact form a request after the first may
+/// give `"extend"` instead of `"prompt"`: its prompt is the previous
+/// request's prompt and output, then `extend`.
 ///
 /// ```
-/// let text = r#"{"id": "a", "kind": "chat", "requests": [{"prompt": [1, 2], "output": [3]}]}"#;
-/// let sessions = selfspec::replay::parse_workload("inline", text)?;
-/// assert_eq!(sessions[0].requests[0].output, [3]);
-/// assert!(selfspec::replay::parse_workload("inline", "{").is_err());
-/// # Ok::<(), selfspec::Error>(())
+/// use selfspec::replay::{parse_workload, WorkloadProblem};
+///
+/// let text = r#"{"id": "a", "kind": "chat", "requests": [{"prompt": [1, 2], "output": [3]}, {"extend": [4], "output": [5]}]}"#;
+/// let sessions = parse_workload("inline", text)?;
+/// assert_eq!(sessions[0].requests[1].prompt, [1, 2, 3, 4]);
+/// let bad = r#"{"requests": [{"extend": [4], "output": [5]}]}"#;
+/// let e = parse_workload("inline", bad).unwrap_err();
+/// assert!(matches!(e.problem, WorkloadProblem::ExtendInFirst { request: 0 }));
+/// assert!(parse_workload("inline", "{").is_err());
+/// # Ok::<(), selfspec::replay::WorkloadError>(())
 /// ```
 ///
 /// # Errors
 ///
-/// [`Error::Workload`] with the 1-based line that is not a session.
-#[cfg(feature = "serde")]
-pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Error> {
+/// [`WorkloadError`] with the 1-based line that is not a session.
+pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, WorkloadError> {
     let mut sessions = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let session = serde_json::from_str(line).map_err(|e| crate::Error::Workload {
+        let fail = |problem| WorkloadError {
             source_name: name.to_string(),
             line: i + 1,
-            problem: crate::WorkloadProblem::Parse {
+            problem,
+        };
+        let session: LineSession = serde_json::from_str(line).map_err(|e| {
+            fail(WorkloadProblem::Parse {
                 message: e.to_string(),
-            },
+            })
         })?;
-        sessions.push(session);
+        sessions.push(session.expand().map_err(fail)?);
     }
     Ok(sessions)
 }
@@ -108,16 +224,15 @@ pub fn parse_workload(name: &str, text: &str) -> Result<Vec<Session>, crate::Err
 ///
 /// # Errors
 ///
-/// [`Error::Workload`] (line 0) when the file cannot be read, or as
+/// [`WorkloadError`] (line 0) when the file cannot be read, or as
 /// [`parse_workload`].
-#[cfg(feature = "serde")]
-pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, crate::Error> {
+pub fn read_workload(path: impl AsRef<std::path::Path>) -> Result<Vec<Session>, WorkloadError> {
     let path = path.as_ref();
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| crate::Error::Workload {
+    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError {
         source_name: name.clone(),
         line: 0,
-        problem: crate::WorkloadProblem::Io(std::sync::Arc::new(e)),
+        problem: WorkloadProblem::Io(e),
     })?;
     parse_workload(&name, &text)
 }
@@ -275,7 +390,7 @@ pub fn replay_observed(
     report
 }
 
-/// How the replayed engine runs its drafters (`REPLAY.md`, "Concurrent
+/// How the replayed engine runs its drafters (`docs/replay.md`, "Concurrent
 /// engine"): `slots` sequences decoded at once, one step each per round
 /// (a batched forward pass), sessions taken in file order; with `fresh`, a
 /// new per-sequence drafter for every request (built on the same
@@ -405,7 +520,8 @@ impl EngineReplay<'_> {
         }
         if slot.i >= output.len() {
             if self.engine.fresh {
-                if let Some(spec) = slot.spec.take() {
+                if let Some(mut spec) = slot.spec.take() {
+                    spec.end_request();
                     self.add_stats(&spec);
                 }
             }
@@ -421,7 +537,7 @@ impl EngineReplay<'_> {
 }
 
 /// Replays `sessions` on an engine of `engine.slots` slots sharing `shared`
-/// (the protocol of `REPLAY.md`, "Concurrent engine"). Figures are summed
+/// (the protocol of `docs/replay.md`, "Concurrent engine"). Figures are summed
 /// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`].
 ///
 /// ```

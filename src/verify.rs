@@ -54,23 +54,24 @@
 //!
 //! // Rows after [last], [last, 7], [last, 7, 2]: distributions over 4 tokens.
 //! let rows: [&[f32]; 3] = [&[0.0, 0.0, 0.0, 1.0], &[0.0, 0.0, 1.0, 0.0], &[0.5, 0.5, 0.0, 0.0]];
-//! let draft = [3, 2];
+//! let draft = [3u32, 2];
 //! let mut draws = [0.3, 0.9, 0.75].into_iter(); // the engine's uniform draws in [0, 1)
 //! let v = sampled(&draft, &rows, || draws.next().unwrap());
 //! assert_eq!(v, Verdict { n_accepted: 2, next_token: 1 }); // both kept, bonus token 1
 //! ```
 
-use crate::Token;
+use crate::{IntoToken, Token};
 
-/// The outcome of verifying one draft.
+/// The outcome of verifying one draft, in the engine's token ids (`u32` by
+/// default, or `i32`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Verdict {
+pub struct Verdict<T = Token> {
     /// Draft tokens the target keeps: `draft[..n_accepted]`.
     pub n_accepted: usize,
     /// The target's token after them: at the first rejected position its own
     /// choice, after a fully accepted draft the bonus token. It is the next
     /// step's `last`.
-    pub next_token: Token,
+    pub next_token: T,
 }
 
 /// Greedy verification: the length of the longest prefix of `draft` that the
@@ -84,7 +85,7 @@ pub struct Verdict {
 /// assert_eq!(selfspec::verify::greedy(&[4, 5, 6], &[4, 5, 9, 1]), 2);
 /// ```
 #[must_use]
-pub fn greedy(draft: &[Token], target_argmax: &[Token]) -> usize {
+pub fn greedy<T: PartialEq>(draft: &[T], target_argmax: &[T]) -> usize {
     draft
         .iter()
         .zip(target_argmax)
@@ -104,9 +105,12 @@ pub fn greedy(draft: &[Token], target_argmax: &[Token]) -> usize {
 /// assert_eq!(greedy_next(&[4, 5, 6], &[4, 5, 9, 1]), Some(Verdict { n_accepted: 2, next_token: 9 }));
 /// assert_eq!(greedy_next(&[4, 5], &[4, 5, 1]), Some(Verdict { n_accepted: 2, next_token: 1 }));
 /// assert_eq!(greedy_next(&[], &[3]), Some(Verdict { n_accepted: 0, next_token: 3 }));
+/// // i32 ids (llama.cpp's) as they are:
+/// assert_eq!(greedy_next(&[-1i32, 5], &[-1, 6, 2]), Some(Verdict { n_accepted: 1, next_token: 6 }));
+/// assert_eq!(greedy_next(&[4, 5], &[4, 5]), None); // no row after the accepted prefix
 /// ```
 #[must_use]
-pub fn greedy_next(draft: &[Token], target_argmax: &[Token]) -> Option<Verdict> {
+pub fn greedy_next<T: PartialEq + Copy>(draft: &[T], target_argmax: &[T]) -> Option<Verdict<T>> {
     let n_accepted = greedy(draft, target_argmax);
     target_argmax.get(n_accepted).map(|&next_token| Verdict {
         n_accepted,
@@ -131,53 +135,61 @@ pub fn greedy_next(draft: &[Token], target_argmax: &[Token]) -> Option<Verdict> 
 /// target token by token.
 ///
 /// Only the first `target_probs.len() - 1` draft tokens are verified when
-/// fewer rows are given. Token ids beyond a row's length have probability 0.
+/// fewer rows are given. Token ids beyond a row's length have probability 0
+/// (an `i32` id is read as the `u32` with the same bits).
 ///
-/// # Panics
+/// `None` when `target_probs` is empty, or when the row the next token is
+/// sampled from has no usable mass (empty, all zero or negative once the
+/// rejected token is removed, or NaN): the rows are not distributions, and
+/// no token would be distributed as the target's.
 ///
-/// When `target_probs` is empty, or a row needed for the next token is
-/// empty.
-pub fn sampled<P: AsRef<[f32]>>(
-    draft: &[Token],
+/// ```
+/// use selfspec::verify::sampled;
+///
+/// assert_eq!(sampled::<u32, Vec<f32>>(&[], &[], || 0.5), None);
+/// assert_eq!(sampled(&[1u32], &[vec![0.0, 0.0], vec![0.5, 0.5]], || 0.5), None);
+/// assert_eq!(sampled(&[0u32], &[vec![f32::NAN, 1.0]], || 0.5), None);
+/// ```
+pub fn sampled<T: IntoToken, P: AsRef<[f32]>>(
+    draft: &[T],
     target_probs: &[P],
     mut uniform: impl FnMut() -> f64,
-) -> Verdict {
-    assert!(
-        !target_probs.is_empty(),
-        "verify::sampled: target_probs needs draft.len() + 1 rows"
-    );
-    let k = draft.len().min(target_probs.len() - 1);
+) -> Option<Verdict<T::Id>> {
+    let k = draft.len().min(target_probs.len().checked_sub(1)?);
     for (i, &d) in draft[..k].iter().enumerate() {
         let row = target_probs[i].as_ref();
+        let d = d.into_token();
         let p = row.get(d as usize).copied().unwrap_or(0.0) as f64;
         if uniform() < p {
             continue;
         }
-        return Verdict {
+        return Some(Verdict {
             n_accepted: i,
-            next_token: sample(row, Some(d), uniform()),
-        };
+            next_token: T::from_token(sample(row, Some(d), uniform())?),
+        });
     }
-    Verdict {
+    Some(Verdict {
         n_accepted: k,
-        next_token: sample(target_probs[k].as_ref(), None, uniform()),
-    }
+        next_token: T::from_token(sample(target_probs[k].as_ref(), None, uniform())?),
+    })
 }
 
-/// Samples from `row` (weights, renormalised) without `skip`, with the draw `u`.
-fn sample(row: &[f32], skip: Option<Token>, u: f64) -> Token {
-    assert!(!row.is_empty(), "verify::sampled: an empty probability row");
+/// Samples from `row` (weights, renormalised) without `skip`, with the draw
+/// `u`; `None` when no mass is left (or it is not a number).
+fn sample(row: &[f32], skip: Option<Token>, u: f64) -> Option<Token> {
     let weight = |t: usize| -> f64 {
         if Token::try_from(t).ok() == skip {
             0.0
         } else {
-            (row[t] as f64).max(0.0)
+            f64::from(row[t]).max(0.0)
         }
     };
+    if row.iter().any(|p| p.is_nan()) {
+        return None;
+    }
     let total: f64 = (0..row.len()).map(weight).sum();
-    if total <= 0.0 {
-        // All the mass was on `skip` (it was rejected by rounding only).
-        return skip.unwrap_or(0);
+    if total.is_nan() || total <= 0.0 {
+        return None;
     }
     let target = u * total;
     let mut cumulative = 0.0;
@@ -193,5 +205,5 @@ fn sample(row: &[f32], skip: Option<Token>, u: f64) -> Token {
             break;
         }
     }
-    chosen.map_or(0, |t| Token::try_from(t).unwrap_or(Token::MAX))
+    chosen.and_then(|t| Token::try_from(t).ok())
 }

@@ -44,6 +44,7 @@ pub const MAX_BUDGET: usize = 64 << 30;
 /// recall's default threshold, in thousandths (0.13): the one default used by
 /// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
 /// `threshold_permille` is left out, and by [`Config::recommended`].
+#[deprecated(since = "0.2.0", note = "use `strategies::DEFAULT_THRESHOLD_PERMILLE`")]
 pub const RECALL_DEFAULT_PERMILLE: usize = crate::strategies::DEFAULT_THRESHOLD_PERMILLE;
 
 /// One drafting strategy and its parameters.
@@ -127,7 +128,7 @@ pub enum Strategy {
     Recall {
         /// Stop where the estimated probability that the whole draft is
         /// accepted falls below this, in thousandths (1..=999; 130 = 0.13,
-        /// [`RECALL_DEFAULT_PERMILLE`], the default).
+        /// [`DEFAULT_THRESHOLD_PERMILLE`](crate::strategies::DEFAULT_THRESHOLD_PERMILLE), the default).
         /// Lower drafts longer and more aggressively.
         threshold_permille: usize,
     },
@@ -205,7 +206,7 @@ const STRATEGIES: &[Row] = &[
         name: "recall",
         stats_name: "recall",
         default: || Strategy::Recall {
-            threshold_permille: RECALL_DEFAULT_PERMILLE,
+            threshold_permille: crate::strategies::DEFAULT_THRESHOLD_PERMILLE,
         },
     },
 ];
@@ -316,7 +317,7 @@ impl Strategy {
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
-    /// min_hits = 1; recall: [`RECALL_DEFAULT_PERMILLE`] = 130), or `None`
+    /// min_hits = 1; recall: [`DEFAULT_THRESHOLD_PERMILLE`](crate::strategies::DEFAULT_THRESHOLD_PERMILLE) = 130), or `None`
     /// for an unknown name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {
@@ -589,7 +590,7 @@ impl Config {
     #[must_use]
     pub fn recommended() -> Config {
         Config::new([Strategy::Recall {
-            threshold_permille: RECALL_DEFAULT_PERMILLE,
+            threshold_permille: crate::strategies::DEFAULT_THRESHOLD_PERMILLE,
         }])
     }
 
@@ -619,6 +620,13 @@ impl Config {
     pub fn with_strategy(mut self, strategy: Strategy) -> Config {
         self.strategies.push(strategy);
         self
+    }
+
+    /// Whether the chain has ngram-mod (which uses the pool).
+    pub(crate) fn uses_pool(&self) -> bool {
+        self.strategies
+            .iter()
+            .any(|s| matches!(s, Strategy::NgramMod { .. }))
     }
 
     /// `draft_min` and `draft_max` as the [`DraftLimits`] every draft call gets.

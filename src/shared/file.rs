@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use super::{Budget, Shared};
+use super::Shared;
 use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;
 use crate::strategies::{NgramPool, RecallMemory, RunContext, LEARNED_NUMBERS, SAVED_ORDERS};
@@ -51,7 +51,7 @@ fn error(path: &Path, offset: u64, problem: Problem) -> Error {
     }
 }
 
-fn io(path: &Path, e: std::io::Error) -> Error {
+pub(super) fn io(path: &Path, e: std::io::Error) -> Error {
     error(path, 0, Problem::Io(std::sync::Arc::new(e)))
 }
 
@@ -114,8 +114,9 @@ impl Shared {
     }
 
     /// The memory file's bytes (what [`save`](Shared::save) writes), for
-    /// an engine that stores them elsewhere; [`Shared::from_bytes`] reads
-    /// them back.
+    /// an engine that stores them elsewhere;
+    /// [`SharedBuilder::build_from_bytes`](super::SharedBuilder::build_from_bytes)
+    /// reads them back.
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
         let recall = self.existing_recall_memory();
@@ -181,68 +182,6 @@ impl Shared {
         let checksum = fnv1a(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
         out
-    }
-
-    /// Loads what [`save`](Shared::save) wrote, for `config`: drafters built
-    /// on it draft exactly as they did on the saved one. A memory larger
-    /// than the budget keeps its most recent requests.
-    ///
-    /// Errors ([`Error::MemoryFile`], naming the file and the byte offset):
-    /// a missing or unreadable file, a file that is not a memory file, of
-    /// another format version, truncated, with a wrong checksum, or built
-    /// with another pool size or other recall orders than `config` uses.
-    ///
-    /// # Errors
-    ///
-    /// See below: [`Error::MemoryFile`] for every problem with the file, and an invalid `config`.
-    pub fn load(config: &Config, path: impl AsRef<Path>) -> Result<Shared, Error> {
-        Shared::load_with_budget(config, Budget::default(), path)
-    }
-
-    /// Like [`load`](Shared::load), with recall's memory held to `budget`.
-    ///
-    /// # Errors
-    ///
-    /// As [`load`](Shared::load), and an invalid `budget`.
-    pub fn load_with_budget(
-        config: &Config,
-        budget: Budget,
-        path: impl AsRef<Path>,
-    ) -> Result<Shared, Error> {
-        let path = path.as_ref();
-        let shared = Shared::with_budget(config, budget)?;
-        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
-        shared.restore(config, path, &bytes)?;
-        Ok(shared)
-    }
-
-    /// Like [`load`](Shared::load) from bytes in memory (`name` labels errors).
-    ///
-    /// # Errors
-    ///
-    /// As [`load`](Shared::load).
-    pub fn from_bytes(
-        config: &Config,
-        name: impl AsRef<Path>,
-        bytes: &[u8],
-    ) -> Result<Shared, Error> {
-        Shared::from_bytes_with_budget(config, Budget::default(), name, bytes)
-    }
-
-    /// Like [`from_bytes`](Shared::from_bytes), with recall's memory held to `budget`.
-    ///
-    /// # Errors
-    ///
-    /// As [`load_with_budget`](Shared::load_with_budget).
-    pub fn from_bytes_with_budget(
-        config: &Config,
-        budget: Budget,
-        name: impl AsRef<Path>,
-        bytes: &[u8],
-    ) -> Result<Shared, Error> {
-        let shared = Shared::with_budget(config, budget)?;
-        shared.restore(config, name.as_ref(), bytes)?;
-        Ok(shared)
     }
 }
 
@@ -393,7 +332,7 @@ impl Header {
                 },
             ));
         }
-        if pool_size != 0 && pool_size != config.pool_size as u64 {
+        if pool_size != 0 && config.uses_pool() && pool_size != config.pool_size as u64 {
             return Err(fail(
                 88,
                 Problem::Incompatible {
@@ -416,7 +355,7 @@ impl Header {
 }
 
 impl Shared {
-    fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    pub(super) fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
         let fail = |offset: usize, problem| error(path, offset as u64, problem);
         let header = Header::read(config, path, bytes)?;
         let Header {
@@ -480,7 +419,7 @@ impl Shared {
                 },
             ));
         }
-        if pool_size != 0 {
+        if pool_size != 0 && config.uses_pool() {
             let pool: std::sync::Arc<NgramPool> = self.pool()?;
             let start = tokens_at + 4 * usize::try_from(n_tokens).unwrap_or(0);
             let cells = bytes[start..body]

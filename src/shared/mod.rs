@@ -31,10 +31,9 @@ use crate::Error;
 /// let config = Config::recommended();
 /// let shared = Shared::new(&config)?;
 /// let prompt: Vec<u32> = (0..200).map(|i| i % 50).collect();
-/// {
-///     let mut first = Speculative::with_shared(&config, &shared)?;
-///     first.begin(&prompt);
-/// } // the request ends: its tokens go to the engine-wide memory
+/// let mut first = Speculative::with_shared(&config, &shared)?;
+/// first.begin(&prompt);
+/// first.end_request(); // its tokens go to the engine-wide memory
 /// let mut second = Speculative::with_shared(&config, &shared)?; // a new request
 /// second.begin(&prompt[..10]);
 /// assert!(!second.draft(&prompt[..10], prompt[10]).is_empty());
@@ -58,9 +57,9 @@ pub struct Shared {
 /// use selfspec::{Budget, Config, Shared};
 ///
 /// let budget = Budget { memory: 64 << 20, ..Budget::default() };
-/// let shared = Shared::with_budget(&Config::recommended(), budget)?;
+/// let shared = Shared::builder().budget(budget).build(&Config::recommended())?;
 /// assert_eq!(shared.budget().memory, 64 << 20);
-/// assert!(Shared::with_budget(&Config::recommended(), Budget { memory: 0, ..budget }).is_err());
+/// assert!(Shared::builder().budget(Budget { memory: 0, ..budget }).build(&Config::recommended()).is_err());
 /// # Ok::<(), selfspec::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,47 +102,154 @@ struct Inner {
     recall: Mutex<Option<sync::Arc<RecallMemory>>>,
 }
 
+/// How to build a [`Shared`]: the budget, and a memory file to start from.
+/// [`Shared::builder`] makes one with the defaults.
+///
+/// ```
+/// use selfspec::{Budget, Config, Shared};
+///
+/// let config = Config::recommended();
+/// let path = std::env::temp_dir().join(format!("selfspec-builder-{}.mem", std::process::id()));
+/// # std::fs::remove_file(&path).ok();
+/// // First start: no file yet, an empty memory.
+/// let shared = Shared::builder()
+///     .budget(Budget { memory: 64 << 20, ..Budget::default() })
+///     .load_or_create(&path)
+///     .build(&config)?;
+/// shared.save(&path)?;
+/// // Later starts: the file is loaded.
+/// let warm = Shared::builder().load_or_create(&path).build(&config)?;
+/// assert_eq!(warm.heap_bytes(), shared.heap_bytes());
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), selfspec::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct SharedBuilder {
+    budget: Budget,
+    file: Option<(std::path::PathBuf, bool)>,
+}
+
+impl SharedBuilder {
+    /// recall's budgets (default [`Budget::default`]).
+    pub fn budget(mut self, budget: Budget) -> SharedBuilder {
+        self.budget = budget;
+        self
+    }
+
+    /// Start from the memory file at `path` ([`Shared::save`]); it must exist.
+    pub fn load(mut self, path: impl AsRef<std::path::Path>) -> SharedBuilder {
+        self.file = Some((path.as_ref().to_path_buf(), true));
+        self
+    }
+
+    /// Start from the memory file at `path` if it exists, empty otherwise
+    /// (a server's first start).
+    pub fn load_or_create(mut self, path: impl AsRef<std::path::Path>) -> SharedBuilder {
+        self.file = Some((path.as_ref().to_path_buf(), false));
+        self
+    }
+
+    /// The engine-wide state for `config` (its `pool_size` sizes ngram-mod's
+    /// pool); nothing large is allocated until a sequence needs it, except
+    /// what a file holds.
+    ///
+    /// # Errors
+    ///
+    /// An invalid `config` ([`Config::validate`]) or budget
+    /// ([`Budget::validate`]); for a file, [`Error::MemoryFile`] naming the
+    /// file and the byte offset: a missing file ([`load`](SharedBuilder::load)
+    /// only) or one that cannot be read, is not a memory file, is of another
+    /// format version, truncated, has a wrong checksum, or was built with
+    /// other recall orders, or with another ngram-mod pool size when the
+    /// chain has ngram-mod (a pool is ignored by a chain without it).
+    pub fn build(self, config: &Config) -> Result<Shared, Error> {
+        config.validate()?;
+        self.budget.validate()?;
+        let shared = Shared::with_parts(config, self.budget);
+        if let Some((path, must_exist)) = &self.file {
+            match std::fs::read(path) {
+                Ok(bytes) => shared.restore(config, path, &bytes)?,
+                Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(file::io(path, e)),
+            }
+        }
+        Ok(shared)
+    }
+
+    /// Like [`build`](SharedBuilder::build), starting from a memory file's
+    /// bytes in memory ([`Shared::to_bytes`]; `name` labels errors), for an
+    /// engine that stores them elsewhere. A file set with
+    /// [`load`](SharedBuilder::load) is not read.
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](SharedBuilder::build).
+    pub fn build_from_bytes(
+        self,
+        config: &Config,
+        name: impl AsRef<std::path::Path>,
+        bytes: &[u8],
+    ) -> Result<Shared, Error> {
+        SharedBuilder { file: None, ..self }
+            .build(config)
+            .and_then(|shared| {
+                shared.restore(config, name.as_ref(), bytes)?;
+                Ok(shared)
+            })
+    }
+}
+
 impl Shared {
-    /// The engine-wide state for `config` (validated); nothing large is
-    /// allocated until a sequence needs it.
+    /// The engine-wide state for `config` (validated), with the default
+    /// budget; nothing large is allocated until a sequence needs it.
+    /// [`Shared::builder`] sets a budget or starts from a file.
     ///
     /// # Errors
     ///
     /// An invalid `config` ([`Config::validate`]).
     pub fn new(config: &Config) -> Result<Shared, Error> {
-        Shared::with_budget(config, Budget::default())
+        Shared::builder().build(config)
     }
 
-    /// Like [`new`](Shared::new), with recall's memory held to `budget`.
+    /// Options for a `Shared`: budget, a file to load or create.
+    pub fn builder() -> SharedBuilder {
+        SharedBuilder::default()
+    }
+
+    /// Loads what [`save`](Shared::save) wrote, for `config`, with the
+    /// default budget: drafters built on it draft exactly as they did on
+    /// the saved one. A memory larger than the budget keeps its most recent
+    /// requests. Short for `Shared::builder().load(path).build(config)`.
     ///
     /// # Errors
     ///
-    /// An invalid `config` or `budget`.
-    pub fn with_budget(config: &Config, budget: Budget) -> Result<Shared, Error> {
-        config.validate()?;
-        budget.validate()?;
-        Ok(Shared::unchecked(config, budget, None))
+    /// As [`SharedBuilder::build`].
+    pub fn load(config: &Config, path: impl AsRef<std::path::Path>) -> Result<Shared, Error> {
+        Shared::builder().load(path).build(config)
     }
 
-    /// Like [`new`](Shared::new), with an existing ngram-mod pool.
-    ///
-    /// # Errors
-    ///
-    /// An invalid `config`.
-    pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Shared, Error> {
-        config.validate()?;
-        Ok(Shared::unchecked(config, Budget::default(), Some(pool)))
+    /// A `Shared` for a configuration already validated.
+    pub(crate) fn unchecked(config: &Config) -> Shared {
+        Shared::with_parts(config, Budget::default())
     }
 
-    fn unchecked(config: &Config, budget: Budget, pool: Option<Arc<NgramPool>>) -> Shared {
+    fn with_parts(config: &Config, budget: Budget) -> Shared {
         Shared {
             inner: Arc::new(Inner {
                 pool_size: config.pool_size,
                 budget,
-                pool: Mutex::new(pool),
+                pool: Mutex::new(None),
                 recall: Mutex::new(None),
             }),
         }
+    }
+
+    /// The size of ngram-mod's pool (cells) this state was built with:
+    /// the `pool_size` of its configuration.
+    #[must_use]
+    pub fn pool_size(&self) -> usize {
+        self.inner.pool_size
     }
 
     /// recall's budgets.
@@ -157,7 +263,7 @@ impl Shared {
     /// # Errors
     ///
     /// When the pool's cells cannot be allocated (see [`NgramPool::new`]).
-    pub fn pool(&self) -> Result<Arc<NgramPool>, Error> {
+    pub(crate) fn pool(&self) -> Result<Arc<NgramPool>, Error> {
         let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = &*pool {
             return Ok(Arc::clone(p));
@@ -169,7 +275,7 @@ impl Shared {
 
     /// The ngram-mod pool if one was made.
     #[must_use]
-    pub fn existing_pool(&self) -> Option<Arc<NgramPool>> {
+    pub(crate) fn existing_pool(&self) -> Option<Arc<NgramPool>> {
         self.inner
             .pool
             .lock()
@@ -179,7 +285,7 @@ impl Shared {
 
     /// recall's engine-wide memory, made on first call.
     #[must_use]
-    pub fn recall_memory(&self) -> sync::Arc<RecallMemory> {
+    pub(crate) fn recall_memory(&self) -> sync::Arc<RecallMemory> {
         let mut recall = self.inner.recall.lock().unwrap_or_else(|e| e.into_inner());
         recall
             .get_or_insert_with(|| sync::Arc::new(RecallMemory::new(self.inner.budget.memory)))
@@ -188,7 +294,7 @@ impl Shared {
 
     /// recall's memory if one was made.
     #[must_use]
-    pub fn existing_recall_memory(&self) -> Option<sync::Arc<RecallMemory>> {
+    pub(crate) fn existing_recall_memory(&self) -> Option<sync::Arc<RecallMemory>> {
         self.inner
             .recall
             .lock()
@@ -202,5 +308,63 @@ impl Shared {
     pub fn heap_bytes(&self) -> usize {
         self.existing_pool().map_or(0, |p| p.size_bytes())
             + self.existing_recall_memory().map_or(0, |m| m.heap_bytes())
+    }
+}
+
+/// What an engine-wide state holds, for an operator to watch
+/// ([`Shared::stats`]): a plain copy, read without blocking drafters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Tokens recall's memory holds now.
+    pub memory_tokens: u64,
+    /// Tokens it can hold ([`Budget::memory`] / 84, a power of two).
+    pub memory_capacity: u64,
+    /// Tokens published to it over its lifetime, forgotten ones included.
+    pub tokens_published: u64,
+    /// Tokens forgotten (oldest first) to stay within the budget.
+    pub tokens_forgotten: u64,
+    /// ngram-mod's pool: cells in use, and cells in all (0 without a pool).
+    pub pool_cells_used: u64,
+    /// ngram-mod's pool size in cells (0 without a pool).
+    pub pool_cells: u64,
+    /// Heap bytes of the whole state ([`Shared::heap_bytes`]).
+    pub heap_bytes: u64,
+}
+
+impl Shared {
+    /// What this state holds now (see [`SharedStats`]). Alert on
+    /// `tokens_forgotten` growing fast (the budget is too small for the
+    /// traffic: older requests stop helping) and on `heap_bytes` against
+    /// the process's memory limit.
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;
+    /// let mut spec = Speculative::with_shared(&config, &shared)?;
+    /// spec.begin(&[1, 2, 3, 4, 5]);
+    /// spec.end_request();
+    /// assert_eq!(shared.stats().memory_tokens, 5);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    #[must_use]
+    pub fn stats(&self) -> SharedStats {
+        let wide = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        let memory = self.existing_recall_memory();
+        let pool = self.existing_pool();
+        let held = memory.as_ref().map_or(0, |m| wide(m.len()));
+        let published = memory.as_ref().map_or(0, |m| m.appended());
+        SharedStats {
+            memory_tokens: held,
+            memory_capacity: memory.as_ref().map_or(0, |m| wide(m.capacity())),
+            tokens_published: published,
+            tokens_forgotten: published.saturating_sub(held),
+            pool_cells_used: pool.as_ref().map_or(0, |p| wide(p.used())),
+            pool_cells: pool.as_ref().map_or(0, |p| wide(p.size())),
+            heap_bytes: wide(self.heap_bytes()),
+        }
     }
 }

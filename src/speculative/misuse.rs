@@ -26,6 +26,8 @@ pub(super) enum Misuse {
     LastIncluded,
     /// The history did not grow by `last` and the accepted draft tokens.
     NotExtended,
+    /// `accept(n)` with `n` above the draft's length.
+    AcceptedMore,
 }
 
 impl Expect {
@@ -107,30 +109,9 @@ impl Speculative {
         if let Some(expect) = self.expect {
             let accepted = &self.draft[..expect.accepted.min(self.draft.len())];
             if let Some(misuse) = expect.check(history, last, accepted) {
-                if !self.misuse_reported {
-                    self.misuse_reported = true;
-                    self.misuses += 1;
-                    let want = expect.len();
-                    let got = history.len();
-                    match misuse {
-                        Misuse::LastIncluded => tracing::warn!(
-                            target: "selfspec",
-                            "draft(history, last): the history ({got} tokens) already ends with \
-                             `last`; expected {want} tokens: the previous history + [its last] + \
-                             the {} accepted draft tokens, without the new `last` (reported once \
-                             until the next begin)",
-                            expect.accepted
-                        ),
-                        Misuse::NotExtended => tracing::warn!(
-                            target: "selfspec",
-                            "draft(history, last): the history ({got} tokens) did not grow by the \
-                             previous `last` and the {} accepted draft tokens; expected {want} \
-                             tokens: history + [last] + draft[..n_accepted] (reported once until \
-                             the next begin)",
-                            expect.accepted
-                        ),
-                    }
-                }
+                let want = expect.len();
+                let got = history.len();
+                self.report(misuse, want, got, expect.accepted);
             }
         }
         self.expect = Some(Expect {
@@ -141,10 +122,45 @@ impl Speculative {
         });
     }
 
+    /// Logs `misuse` once per sequence and counts the sequence.
+    /// `want` / `got`: history lengths, or for [`Misuse::AcceptedMore`] the
+    /// draft's length and the count given.
+    pub(super) fn report(&mut self, misuse: Misuse, want: usize, got: usize, accepted: usize) {
+        if self.misuse_reported {
+            return;
+        }
+        self.misuse_reported = true;
+        self.misuses += 1;
+        match misuse {
+            Misuse::LastIncluded => tracing::warn!(
+                target: "selfspec",
+                "draft(history, last): the history ({got} tokens) already ends with \
+                 `last`; expected {want} tokens: the previous history + [its last] + \
+                 the {} accepted draft tokens, without the new `last` (reported once \
+                 until the next begin)",
+                accepted
+            ),
+            Misuse::NotExtended => tracing::warn!(
+                target: "selfspec",
+                "draft(history, last): the history ({got} tokens) did not grow by the \
+                 previous `last` and the {} accepted draft tokens; expected {want} \
+                 tokens: history + [last] + draft[..n_accepted] (reported once until \
+                 the next begin)",
+                accepted
+            ),
+            Misuse::AcceptedMore => tracing::warn!(
+                target: "selfspec",
+                "accept({got}): the draft had {want} tokens; counted as {want} \
+                 (reported once until the next begin)"
+            ),
+        }
+    }
+
     /// Sequences (spans between [`begin`](Speculative::begin) calls) in which
     /// [`draft`](Speculative::draft) saw a history that breaks its contract
-    /// (`last` already included, or the accepted tokens not appended); each
-    /// was also logged once through `tracing::warn!`. Cleared by
+    /// (`last` already included, or the accepted tokens not appended), or
+    /// [`accept`](Speculative::accept) got more tokens than the draft had;
+    /// each was also logged once through `tracing::warn!`. Cleared by
     /// [`reset_stats`](Speculative::reset_stats).
     #[must_use]
     pub fn misuse_count(&self) -> u64 {

@@ -57,6 +57,8 @@ pub struct Speculative {
     /// The pending draft came from `draft_next`: `accept` appends its
     /// accepted tokens to `history`.
     owned_draft: bool,
+    /// The last `draft_next` draft in `i32` ids.
+    draft_ids: Vec<i32>,
 }
 
 impl Speculative {
@@ -68,14 +70,15 @@ impl Speculative {
     /// what [`Config::validate`] finds, or [`Error::CacheFile`] for an ngram-cache file that cannot
     /// be loaded.
     pub fn new(config: &Config) -> Result<Speculative, Error> {
-        Speculative::with_shared(config, &Shared::new(config)?)
+        config.validate()?;
+        Speculative::build(config, &Shared::unchecked(config), false)
     }
 
     /// The chain `config` describes on the engine-wide state `shared`: every
     /// ngram-mod strategy uses its pool and recall its memory, so that what
     /// one sequence learns serves all. Build one per sequence or per request,
-    /// on any thread (the pool has the `pool_size` of the config `shared`
-    /// was made with).
+    /// on any thread; end each request with
+    /// [`end_request`](Speculative::end_request).
     ///
     /// ```
     /// use selfspec::{Config, Shared, Speculative};
@@ -88,36 +91,23 @@ impl Speculative {
     ///
     /// # Errors
     ///
-    /// An invalid `config` ([`Config::validate`]) or an unreadable cache file of ngram-cache.
+    /// An invalid `config` ([`Config::validate`]), an unreadable cache file
+    /// of ngram-cache, or [`Error::PoolSizeMismatch`] when the chain has
+    /// ngram-mod and `config.pool_size` is not the size of `shared`'s pool.
     pub fn with_shared(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
         config.validate()?;
-        Speculative::build(config, shared)
+        if config.uses_pool() && config.pool_size != shared.pool_size() {
+            return Err(Error::PoolSizeMismatch {
+                config: config.pool_size,
+                shared: shared.pool_size(),
+            });
+        }
+        Speculative::build(config, shared, true)
     }
 
-    /// Like [`new`](Speculative::new), but every ngram-mod strategy uses `pool`,
-    /// so that the sequences of an engine share one (`config.pool_size` is ignored).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use selfspec::{Config, NgramPool, Speculative, Strategy};
-    ///
-    /// let pool = Arc::new(NgramPool::new(1 << 20)?);
-    /// let config = Config::new([Strategy::NgramMod { n: 24 }]);
-    /// let seq_a = Speculative::with_pool(&config, pool.clone())?;
-    /// let seq_b = Speculative::with_pool(&config, pool.clone())?;
-    /// assert!(Arc::ptr_eq(seq_a.pool().unwrap(), seq_b.pool().unwrap()));
-    /// # Ok::<(), selfspec::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// as [`Speculative::new`].
-    pub fn with_pool(config: &Config, pool: Arc<NgramPool>) -> Result<Speculative, Error> {
-        Speculative::with_shared(config, &Shared::with_pool(config, pool)?)
-    }
-
-    /// Builds the chain on `shared`.
-    fn build(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
+    /// Builds the chain on `shared`; `engine_wide` when other sequences
+    /// read it.
+    fn build(config: &Config, shared: &Shared, engine_wide: bool) -> Result<Speculative, Error> {
         let mut pool = None;
         let mut drafters: Vec<Box<dyn Drafter>> = Vec::with_capacity(config.strategies.len());
         for strategy in &config.strategies {
@@ -145,6 +135,7 @@ impl Speculative {
                     threshold_permille as f64 / 1000.0,
                     shared.recall_memory(),
                     shared.budget().sequence,
+                    engine_wide,
                 )),
                 Strategy::NgramMod { n } => {
                     let p = shared.pool()?;
@@ -191,6 +182,7 @@ impl Speculative {
             misuses: 0,
             history: Vec::new(),
             owned_draft: false,
+            draft_ids: Vec::new(),
         })
     }
 
@@ -252,6 +244,7 @@ impl Speculative {
             misuses: 0,
             history: self.history.clone(),
             owned_draft: self.owned_draft,
+            draft_ids: self.draft_ids.clone(),
         })
     }
 
@@ -385,14 +378,24 @@ impl Speculative {
 
     /// The target kept `n_accepted` tokens of the last draft.
     ///
-    /// Nothing happens for 0 (as in llama.cpp) or without a pending draft;
-    /// counts above the draft's length are clamped to it. After
+    /// Nothing happens for 0 (as in llama.cpp) or without a pending draft.
+    /// A count above the draft's length is counted as the draft's length and
+    /// reported as a misuse (once per sequence: a `tracing` warning and
+    /// [`misuse_count`](Speculative::misuse_count)). After
     /// [`draft_next`](Speculative::draft_next), the accepted tokens join the
     /// owned history.
     pub fn accept(&mut self, n_accepted: usize) {
         let Some(i) = self.current.take() else {
             return;
         };
+        if n_accepted > self.draft.len() {
+            self.report(
+                misuse::Misuse::AcceptedMore,
+                self.draft.len(),
+                n_accepted,
+                0,
+            );
+        }
         let n_accepted = n_accepted.min(self.draft.len());
         if let Some(expect) = &mut self.expect {
             expect.accepted = n_accepted;
@@ -414,6 +417,41 @@ impl Speculative {
         stats.calls_accept += 1;
         stats.acc_drafts += 1;
         stats.acc_tokens += n_accepted as u64;
+    }
+
+    /// The current request has ended: each drafter hands what it learned
+    /// from it to the engine-wide state (recall publishes the request's
+    /// tokens to the [`Shared`] memory, where later requests on any thread
+    /// draft from them). A pending draft is dropped; the next request starts
+    /// with [`begin`](Speculative::begin) (which also ends a request not
+    /// ended yet).
+    ///
+    /// It takes the memory's writer lock for as long as indexing the
+    /// tokens not yet published takes (in flight, recall publishes every 16
+    /// tokens, so this is the request's last few tokens, or a long prompt
+    /// whose indexing was deferred: about 0.1 µs a token). Dropping a
+    /// `Speculative` without calling it publishes only if no other thread
+    /// holds the lock at that moment: a drop never waits.
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;
+    /// let prompt: Vec<u32> = (0..200).map(|i| i % 50).collect();
+    /// let mut first = Speculative::with_shared(&config, &shared)?;
+    /// first.begin(&prompt);
+    /// first.end_request(); // its tokens join the engine-wide memory
+    /// let mut second = Speculative::with_shared(&config, &shared)?;
+    /// second.begin(&prompt[..10]);
+    /// assert!(!second.draft(&prompt[..10], prompt[10]).is_empty());
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    pub fn end_request(&mut self) {
+        self.current = None;
+        for drafter in &mut self.drafters {
+            drafter.end_request();
+        }
     }
 
     /// Tells the drafters what one more verified token costs the engine,
@@ -445,9 +483,7 @@ impl Speculative {
     /// [`Error::TokenCost`] for a cost outside `[0, 1)` or not finite.
     pub fn set_token_cost(&mut self, cost: f64) -> Result<(), Error> {
         if !(0.0..1.0).contains(&cost) {
-            return Err(Error::TokenCost {
-                cost: cost.to_string(),
-            });
+            return Err(Error::TokenCost { cost });
         }
         for d in &mut self.drafters {
             d.set_token_cost(cost);
@@ -487,7 +523,7 @@ impl Speculative {
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>()
-            + (self.draft.capacity() + self.history.capacity()) * 4
+            + (self.draft.capacity() + self.history.capacity() + self.draft_ids.capacity()) * 4
     }
 
     /// The `i`-th drafter of the chain (see [`Drafter::as_any`] to reach the

@@ -37,10 +37,9 @@ impl Speculative {
     ///     let draft = spec.draft_next(last);       // drafts after history ++ [last]
     ///     let truth = &target[n + 1..];
     ///     let n_accepted = draft
-    ///         .iter()
-    ///         .map(|&t| i32::from_ne_bytes(t.to_ne_bytes()))  // back to the engine's ids
+    ///         .iter()                              // the engine's own i32 ids
     ///         .zip(truth)
-    ///         .take_while(|(d, t)| d == *t)
+    ///         .take_while(|(d, t)| d == t)
     ///         .count();
     ///     spec.accept(n_accepted);                 // the history grows by [last] + accepted
     ///     n += 1 + n_accepted;
@@ -88,13 +87,16 @@ impl Speculative {
     /// after `last`, the token the target just sampled. `last` then joins
     /// the history, and [`accept`](Speculative::accept) appends the accepted
     /// draft tokens to it.
-    pub fn draft_next<T: IntoToken>(&mut self, last: T) -> &[Token] {
+    ///
+    /// The draft comes in the engine's id type (`i32` ids: written into a
+    /// buffer that is reused, so a warm call does not allocate).
+    pub fn draft_next<T: IntoToken>(&mut self, last: T) -> &[T::Id] {
         let last = last.into_token();
         let history = std::mem::take(&mut self.history);
         self.draft_from(&history, last);
         self.history = history;
         self.history.push(last);
         self.owned_draft = true;
-        &self.draft
+        T::ids(&self.draft, &mut self.draft_ids)
     }
 }

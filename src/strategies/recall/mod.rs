@@ -173,6 +173,10 @@ pub struct Recall {
     hasher: Hasher,
     own: SeqIndex,
     memory: Arc<RecallMemory>,
+    /// Other drafters read `memory` (it is a [`Shared`](crate::Shared)'s):
+    /// publish in flight and merge learned steps periodically. A private
+    /// memory takes a request's tokens at its end only.
+    engine_wide: bool,
     snapshot: Snapshot,
     /// `history ++ [last]` as last seen, to tell a grown history from a new prompt.
     mirror: Roomy<Token>,
@@ -214,15 +218,43 @@ impl Recall {
             threshold,
             Arc::new(RecallMemory::new(DEFAULT_MEMORY_BUDGET)),
             DEFAULT_SEQUENCE_BUDGET,
+            false,
         )
     }
 
-    /// A drafter on the engine-wide `memory`, with an own index of at most
-    /// `sequence_budget` bytes (84 per token).
-    pub fn with_memory(
+    /// A drafter on the engine-wide memory of `shared` (made on first need),
+    /// with an own index of [`Budget::sequence`](crate::Budget::sequence)
+    /// bytes: what [`Speculative::with_shared`](crate::Speculative::with_shared)
+    /// builds, for a chain of [`Speculative::from_drafters`](crate::Speculative::from_drafters).
+    ///
+    /// ```
+    /// use selfspec::{strategies::Recall, Config, DraftLimits, Shared, Speculative};
+    ///
+    /// let shared = Shared::new(&Config::recommended())?;
+    /// let chain: Vec<Box<dyn selfspec::Drafter>> = vec![Box::new(Recall::with_shared(0.13, &shared))];
+    /// let mut spec = Speculative::from_drafters(chain, DraftLimits::default())?;
+    /// spec.begin(&[1, 2, 3]);
+    /// spec.end_request();
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_shared(threshold: f64, shared: &crate::Shared) -> Recall {
+        Recall::with_memory(
+            threshold,
+            shared.recall_memory(),
+            shared.budget().sequence,
+            true,
+        )
+    }
+
+    /// A drafter on `memory`, with an own index of at most
+    /// `sequence_budget` bytes (84 per token); `engine_wide` when other
+    /// drafters read the memory.
+    pub(crate) fn with_memory(
         threshold: f64,
         memory: Arc<RecallMemory>,
         sequence_budget: usize,
+        engine_wide: bool,
     ) -> Recall {
         let threshold = if threshold.is_finite() {
             threshold.clamp(0.001, 0.999)
@@ -236,6 +268,7 @@ impl Recall {
             own: SeqIndex::new(memory::capacity_of(sequence_budget)),
             snapshot: memory.snapshot(),
             memory,
+            engine_wide,
             mirror: Roomy::default(),
             request_start: 0,
             published: 0,
@@ -271,6 +304,7 @@ impl Clone for Recall {
             hasher: self.hasher.clone(),
             own: self.own.clone(),
             memory: Arc::clone(&self.memory),
+            engine_wide: self.engine_wide,
             snapshot: self.snapshot.clone(),
             mirror: self.mirror.clone(),
             request_start: self.request_start,
@@ -296,11 +330,12 @@ impl Clone for Recall {
 }
 
 impl Drop for Recall {
-    /// A dropped drafter's request has ended: its tokens go to the memory
-    /// (unless nobody else holds the memory).
+    /// A drafter dropped without [`Drafter::end_request`] publishes what is
+    /// left of its request only if no other writer holds the memory: a drop
+    /// never waits for a lock.
     fn drop(&mut self) {
-        if Arc::strong_count(&self.memory) > 1 {
-            self.finish_request();
+        if self.engine_wide {
+            self.try_finish_request();
         }
     }
 }
@@ -345,12 +380,12 @@ impl Drafter for Recall {
         }
         self.work.clear();
         self.since_sync += 1;
-        if self.since_sync >= SYNC_EVERY && Arc::strong_count(&self.memory) > 1 {
+        if self.since_sync >= SYNC_EVERY && self.engine_wide {
             self.sync_learned();
         }
         self.ingest(history, last);
         if self.own.end() - self.published.max(self.own.floor()) >= PUBLISH_EVERY
-            && Arc::strong_count(&self.memory) > 1
+            && self.engine_wide
         {
             self.publish_in_flight();
         }
@@ -408,6 +443,10 @@ impl Drafter for Recall {
             self.anchors[0] = Some(s);
         }
         self.work.pending.clear();
+    }
+
+    fn end_request(&mut self) {
+        self.finish_request();
     }
 
     fn heap_bytes(&self) -> usize {

@@ -5,12 +5,33 @@ use super::*;
 
 impl Recall {
     /// Hands the current request's tokens to the engine-wide memory (once)
-    /// and merges what this drafter learned into it. [`begin`](Drafter::begin)
-    /// and dropping the drafter do it; call it when a request ends and the
-    /// drafter lives on idle.
-    pub fn finish_request(&mut self) {
+    /// and merges what this drafter learned into it:
+    /// [`Drafter::end_request`], and [`begin`](Drafter::begin) for a request
+    /// not ended yet. Waits for the memory's writer lock.
+    pub(super) fn finish_request(&mut self) {
         self.publish();
         self.sync_learned();
+    }
+
+    /// [`finish_request`](Recall::finish_request) if neither the writer
+    /// lock nor the learned tables' lock is held by another thread: what a
+    /// drop does. Returns whether it published.
+    pub(super) fn try_finish_request(&mut self) -> bool {
+        if let Some((from, to)) = self.deferred {
+            if !self.publish_range(from, to, true) {
+                return false;
+            }
+            self.deferred = None;
+        }
+        if !self.publish_range(self.published, self.own.end(), true) {
+            return false;
+        }
+        self.published = self.own.end();
+        let Ok(mut shared) = self.memory.learned().try_lock() else {
+            return false;
+        };
+        shared.weights.merge(&mut self.delta);
+        true
     }
 
     /// Hands the own tokens not yet in the memory to it, after the tokens
