@@ -193,9 +193,9 @@ pub fn speculative(
         model.truncate(history.len())?;
         spec.accept(v.n_accepted);
     }
-    // end of request: `Speculative::end_request` goes here once selfspec has
-    // it; until then the request's drafter state is dropped with `spec`.
-    drop(spec);
+    // end of request: the request's tokens join the engine-wide memory
+    // (`shared`), for the next requests' drafts.
+    spec.end_request();
     g.elapsed = start.elapsed();
     Ok(g)
 }
