@@ -100,20 +100,20 @@ impl ModelConfig {
         if self.num_attention_heads == 0 || self.kv_heads() == 0 {
             return bad("num_attention_heads and num_key_value_heads must be positive".into());
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             return bad(format!(
                 "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                 self.num_attention_heads,
                 self.kv_heads()
             ));
         }
-        if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(format!(
                 "hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given",
                 self.hidden_size, self.num_attention_heads
             ));
         }
-        if self.head_dim() % 2 != 0 || self.head_dim() == 0 {
+        if !self.head_dim().is_multiple_of(2) || self.head_dim() == 0 {
             return bad(format!(
                 "head_dim ({}) must be even and positive (RoPE)",
                 self.head_dim()
