@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use selfspec::replay::{replay, replay_engine, Engine, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{
-    Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy, Token,
+    verify, Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy, Token,
 };
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
@@ -467,7 +467,7 @@ fn bench_threads(c: &mut Criterion) {
         Strategy::NgramSimple { n: 12, m: 48 },
         Strategy::NgramMod { n: 24 },
     ]);
-    let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+    let shared = Shared::new(&config).unwrap();
     let mut group = c.benchmark_group("shared-pool");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(4));
@@ -477,7 +477,7 @@ fn bench_threads(c: &mut Criterion) {
             b.iter(|| {
                 std::thread::scope(|scope| {
                     for _ in 0..threads {
-                        let mut spec = Speculative::with_pool(&config, pool.clone()).unwrap();
+                        let mut spec = Speculative::with_shared(&config, &shared).unwrap();
                         let sessions = &sessions;
                         scope.spawn(move || black_box(replay(&mut spec, sessions).accepted));
                     }
@@ -522,16 +522,13 @@ fn incremental_windows(
         let mut pos = len;
         let t = Instant::now();
         while done < iters && pos + max + 1 < len + WINDOW {
-            let draft = match api {
-                Api::SliceU32 => spec.draft(&copy, tokens[pos]),
-                Api::SliceI32Copy => spec.draft(&copy, ids[pos].into_token()),
-                Api::OwnedI32 => spec.draft_next(ids[pos]),
+            let n = match api {
+                Api::SliceU32 => verify::greedy(spec.draft(&copy, tokens[pos]), &tokens[pos + 1..]),
+                Api::SliceI32Copy => {
+                    verify::greedy(spec.draft(&copy, ids[pos].into_token()), &tokens[pos + 1..])
+                }
+                Api::OwnedI32 => verify::greedy(spec.draft_next(ids[pos]), &ids[pos + 1..]),
             };
-            let n = draft
-                .iter()
-                .zip(&tokens[pos + 1..])
-                .take_while(|(d, t)| d == t)
-                .count();
             match api {
                 Api::SliceU32 => copy.extend_from_slice(&tokens[pos..pos + 1 + n]),
                 Api::SliceI32Copy => {

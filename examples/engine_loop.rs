@@ -1,8 +1,8 @@
 //! A multi-sequence engine simulation, in the pattern engines use: one
 //! engine-wide [`Shared`] state (cloned into every worker thread), one
-//! [`Speculative`] per request on top of it (built when the request arrives,
-//! dropped when it ends: dropping it publishes the request's tokens to the
-//! shared memory, where later requests, on any worker, draft from them), and
+//! [`Speculative`] per request on top of it (built when the request arrives;
+//! `end_request` publishes the request's tokens to the shared memory, where
+//! later requests, on any worker, draft from them), and
 //! a mock target model that verifies drafts against recorded outputs
 //! (greedy decoding).
 //!
@@ -98,9 +98,8 @@ fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> 
             i += accepted + 1;
         }
         tokens += request.output.len();
-        // The request ends: dropping its `Speculative` publishes its tokens
-        // to the engine-wide memory.
-        drop(live);
+        // The request ends: its tokens join the engine-wide memory.
+        live.spec.end_request();
     }
     Ok(Served {
         id: session.id.clone(),
@@ -111,9 +110,16 @@ fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> 
 }
 
 const USAGE: &str = "usage: engine_loop [FILE.jsonl [WORKERS]]";
+const HELP: &str = "engine_loop: a multi-threaded engine simulation on one Shared (recall, greedy verification against recorded outputs)
+
+usage: engine_loop [FILE.jsonl [WORKERS]]
+  FILE.jsonl   workload (JSON Lines, docs/replay.md); default: the embedded samples
+  WORKERS      worker threads, 1..=1024; default 4
+  -h, --help   this text
+";
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, 2)?;
+    let args = common::positional(USAGE, HELP, 2)?;
     let sessions: Vec<Session> = common::workloads(&args[..args.len().min(1)])?
         .into_iter()
         .flat_map(|(_, sessions)| sessions)

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use selfspec::config::{DEFAULT_POOL_SIZE, RECALL_DEFAULT_PERMILLE};
+use selfspec::config::DEFAULT_POOL_SIZE;
+use selfspec::strategies::DEFAULT_THRESHOLD_PERMILLE as RECALL_DEFAULT_PERMILLE;
 use selfspec::replay::ReplayReport;
 use selfspec::{Config, DrafterStats, Strategy};
 
