@@ -13,7 +13,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use selfspec::replay::{replay, replay_engine, Engine, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{
-    verify, Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy, Token,
+    verify, Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy,
+    Token,
 };
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.

@@ -17,7 +17,8 @@ use selfspec::replay::{replay, Session};
 use selfspec::{Config, Speculative, Strategy};
 
 const USAGE: &str = "usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]";
-const HELP: &str = "tune: a grid of strategy parameters and draft_min per workload; the best setting per strategy
+const HELP: &str =
+    "tune: a grid of strategy parameters and draft_min per workload; the best setting per strategy
 
 usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]
   FILE.jsonl            workloads (JSON Lines, docs/replay.md); default: the embedded samples

@@ -90,7 +90,11 @@ fn bad_strategy_strings() {
         ),
     ];
     for (input, want) in cases {
-        assert_eq!(format!("{:?}", input.parse::<Strategy>().unwrap_err()), format!("{want:?}"), "{input}");
+        assert_eq!(
+            format!("{:?}", input.parse::<Strategy>().unwrap_err()),
+            format!("{want:?}"),
+            "{input}"
+        );
     }
 }
 
@@ -201,8 +205,16 @@ fn bad_configurations_get_exact_errors() {
     for (what, config, want) in cases {
         // Errors have no PartialEq: the kind and every field, as Debug shows them.
         let want = format!("{want:?}");
-        assert_eq!(format!("{:?}", config.validate().unwrap_err()), want, "{what}");
-        assert_eq!(format!("{:?}", Speculative::new(&config).unwrap_err()), want, "{what}");
+        assert_eq!(
+            format!("{:?}", config.validate().unwrap_err()),
+            want,
+            "{what}"
+        );
+        assert_eq!(
+            format!("{:?}", Speculative::new(&config).unwrap_err()),
+            want,
+            "{what}"
+        );
     }
 }
 
@@ -321,7 +333,10 @@ fn config_limits_are_draft_limits() {
         let want = format!("{:?}", limits.validate().unwrap_err());
         assert_eq!(format!("{:?}", config.validate().unwrap_err()), want);
         assert_eq!(
-            format!("{:?}", Speculative::from_drafters(drafters, limits).unwrap_err()),
+            format!(
+                "{:?}",
+                Speculative::from_drafters(drafters, limits).unwrap_err()
+            ),
             want
         );
     }

@@ -324,18 +324,19 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     shared.save(&path)?;
     let good = std::fs::read(&path).expect("saved");
     std::fs::remove_file(&path).ok();
-    let problem = |bytes: &[u8]| match Shared::builder().build_from_bytes(&config, "test.mem", bytes) {
-        Err(Error::MemoryFile {
-            problem,
-            offset,
-            path,
-        }) => {
-            assert_eq!(path, std::path::Path::new("test.mem"));
-            Some((problem, offset))
-        }
-        Err(e) => panic!("not a memory file error: {e}"),
-        Ok(_) => None,
-    };
+    let problem =
+        |bytes: &[u8]| match Shared::builder().build_from_bytes(&config, "test.mem", bytes) {
+            Err(Error::MemoryFile {
+                problem,
+                offset,
+                path,
+            }) => {
+                assert_eq!(path, std::path::Path::new("test.mem"));
+                Some((problem, offset))
+            }
+            Err(e) => panic!("not a memory file error: {e}"),
+            Ok(_) => None,
+        };
     let mut version = good.clone();
     version[8] = 9;
     let mut flipped = good.clone();
@@ -421,7 +422,9 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
         let mut b = good.clone();
         b[at] = b[at].wrapping_add(1);
         assert!(
-            Shared::builder().build_from_bytes(&config, "changed", &b).is_err(),
+            Shared::builder()
+                .build_from_bytes(&config, "changed", &b)
+                .is_err(),
             "a change at byte {at} loaded"
         );
     }

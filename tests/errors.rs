@@ -22,8 +22,10 @@ fn workload_errors_name_a_line_only_for_parse_errors() {
 
 #[test]
 fn compact_workloads_are_checked_request_by_request() {
-    let line = |requests: &str| format!(r#"{{"id": "s", "kind": "agent", "requests": [{requests}]}}"#);
-    let cases: [(&str, fn(&WorkloadProblem) -> bool, &str); 3] = [
+    let line =
+        |requests: &str| format!(r#"{{"id": "s", "kind": "agent", "requests": [{requests}]}}"#);
+    type Case = (&'static str, fn(&WorkloadProblem) -> bool, &'static str);
+    let cases: [Case; 3] = [
         (
             r#"{"extend": [1], "output": [2]}"#,
             |p| matches!(p, WorkloadProblem::ExtendInFirst { request: 0 }),
@@ -52,7 +54,10 @@ fn compact_workloads_are_checked_request_by_request() {
     )
     .unwrap();
     let prompts: Vec<&[u32]> = ok[0].requests.iter().map(|r| r.prompt.as_slice()).collect();
-    assert_eq!(prompts, [&[1, 2][..], &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5, 6]]);
+    assert_eq!(
+        prompts,
+        [&[1, 2][..], &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5, 6]]
+    );
 }
 
 #[test]

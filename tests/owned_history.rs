@@ -114,7 +114,10 @@ fn lockstep(name: &str, config: &Config, ids: &[i32], prompt: usize, seed: u64) 
         let b = owned_api.draft_next(last_id).to_vec();
         // The same drafts, in the engine's own i32 ids.
         let a_ids: Vec<i32> = a.iter().map(|&t| i32::from_token(t)).collect();
-        assert_eq!(a_ids, b, "{name}: step {step}, history {i}, event {event:?}");
+        assert_eq!(
+            a_ids, b,
+            "{name}: step {step}, history {i}, event {event:?}"
+        );
         drafted += a.len();
         let n_accepted = a
             .iter()

@@ -2,9 +2,9 @@
 
 mod common;
 
-use std::collections::HashSet;
 use selfspec::replay::{replay, replay_observed, Session};
 use selfspec::{Config, Shared, Speculative, Strategy};
+use std::collections::HashSet;
 
 fn config() -> Config {
     Config::new([

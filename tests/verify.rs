@@ -302,11 +302,16 @@ fn sampled_refuses_rows_it_cannot_use() {
     let none = |draft: &[Token], rows: &[&[f32]], u: f64| {
         selfspec::verify::sampled(draft, rows, || u).is_none()
     };
-    let cases: [(&str, &[Token], &[&[f32]]); 6] = [
+    type Case = (&'static str, &'static [Token], &'static [&'static [f32]]);
+    let cases: [Case; 6] = [
         ("no rows", &[1], &[]),
         ("an empty row", &[], &[&[]]),
         ("an all-zero row", &[], &[&[0.0, 0.0]]),
-        ("mass only on the rejected token", &[1], &[&[0.0, 1e-9], &[0.5, 0.5]]),
+        (
+            "mass only on the rejected token",
+            &[1],
+            &[&[0.0, 1e-9], &[0.5, 0.5]],
+        ),
         ("a NaN row", &[], &[&[f32::NAN, 1.0]]),
         ("negative mass only", &[], &[&[-1.0, -0.5]]),
     ];
@@ -318,6 +323,9 @@ fn sampled_refuses_rows_it_cannot_use() {
     let rows: [&[f32]; 2] = [&[0.0, 1.0], &[1.0, 0.0]];
     assert_eq!(
         selfspec::verify::sampled(&[1i32], &rows, || 0.5),
-        Some(Verdict { n_accepted: 1, next_token: 0i32 })
+        Some(Verdict {
+            n_accepted: 1,
+            next_token: 0i32
+        })
     );
 }

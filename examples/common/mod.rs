@@ -102,7 +102,10 @@ pub fn main(name: &str, run: impl FnOnce(&mut Out) -> Result) -> ExitCode {
         Err(Failure::Help(text)) => {
             let _ = out.into_parts();
             let mut stdout = io::stdout().lock();
-            match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
                     eprintln!("{name}: writing the output: {e}");
                     ExitCode::from(2)

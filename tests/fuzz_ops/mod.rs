@@ -177,7 +177,10 @@ pub fn chaos(data: &[u8]) {
             8 => *spec = Speculative::with_shared(&config, &shared).unwrap(),
             _ => {
                 let bytes = shared.to_bytes();
-                shared = Shared::builder().budget(budget).build_from_bytes(&config, "chaos", &bytes).unwrap();
+                shared = Shared::builder()
+                    .budget(budget)
+                    .build_from_bytes(&config, "chaos", &bytes)
+                    .unwrap();
                 assert_eq!(shared.to_bytes(), bytes);
                 for spec in specs.iter_mut() {
                     *spec = Speculative::with_shared(&config, &shared).unwrap();
