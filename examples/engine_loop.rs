@@ -79,11 +79,15 @@ struct Served {
     kind: String,
     tokens: usize,
     passes: usize,
+    /// How long each request's `end_request` took (the writer lock's hold
+    /// and any wait for it).
+    ends: Vec<std::time::Duration>,
 }
 
 /// Serves one session (its requests in turn, as a chat's turns arrive).
 fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> {
     let (mut tokens, mut passes) = (0, 0);
+    let mut ends = Vec::with_capacity(session.requests.len());
     for request in &session.requests {
         let target = MockTarget {
             output: &request.output,
@@ -99,13 +103,16 @@ fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> 
         }
         tokens += request.output.len();
         // The request ends: its tokens join the engine-wide memory.
+        let t = std::time::Instant::now();
         live.spec.end_request();
+        ends.push(t.elapsed());
     }
     Ok(Served {
         id: session.id.clone(),
         kind: session.kind.clone(),
         tokens,
         passes,
+        ends,
     })
 }
 
@@ -181,6 +188,18 @@ fn run(out: &mut Out) -> Result {
         tokens as f64 / passes.max(1) as f64,
         shared.heap_bytes() as f64 / f64::from(1 << 20),
     )?;
+    let mut ends: Vec<std::time::Duration> =
+        served.iter().flat_map(|s| s.ends.iter().copied()).collect();
+    ends.sort_unstable();
+    if let (Some(median), Some(longest)) = (ends.get(ends.len() / 2), ends.last()) {
+        writeln!(
+            out,
+            "end_request: median {:.1} us, longest {:.1} us over {} requests (publishing to the shared memory)",
+            median.as_secs_f64() * 1e6,
+            longest.as_secs_f64() * 1e6,
+            ends.len()
+        )?;
+    }
     Ok(())
 }
 

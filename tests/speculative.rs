@@ -299,3 +299,44 @@ fn replay_reports_only_its_own_counts() {
     assert_eq!(second.stats[0].acc_tokens, second.accepted);
     assert_eq!(second.stats[0].gen_tokens, second.drafted);
 }
+
+/// `accept(n)` with `n` above the draft's length is counted as the draft's
+/// length and reported once per sequence.
+#[test]
+fn accepting_more_than_the_draft_is_a_misuse() {
+    let mut spec = Speculative::new(&Config::default()).unwrap();
+    let mut history: Vec<Token> = (0..100).map(|i| i % 20).collect();
+    spec.begin(&history);
+    let draft = spec.draft(&history, 0).to_vec();
+    assert_eq!(draft.len(), 16);
+    spec.accept(116);
+    assert_eq!(spec.stats()[0].acc_tokens, 16);
+    assert_eq!(spec.misuse_count(), 1);
+    history.push(0);
+    history.extend_from_slice(&draft);
+    let next = spec.draft(&history, 17).len();
+    spec.accept(next + 5);
+    assert_eq!(spec.misuse_count(), 1, "once per sequence");
+    spec.begin(&history);
+    assert_eq!(spec.misuse_count(), 1);
+}
+
+/// `end_request` hands the request to the engine-wide memory; a later
+/// request on another `Speculative` drafts from it.
+#[test]
+fn end_request_publishes_to_the_shared_memory() {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let text: Vec<Token> = (0..300).map(|i| i * 7919 % 1000).collect();
+    let mut first = Speculative::with_shared(&config, &shared).unwrap();
+    first.begin(&text);
+    first.end_request();
+    assert_eq!(shared.stats().memory_tokens, 300);
+    let mut second = Speculative::with_shared(&config, &shared).unwrap();
+    second.begin(&text[..20]);
+    assert_eq!(second.draft(&text[..20], text[20]).first(), Some(&text[21]));
+    // A pending draft is dropped: accept after end_request does nothing.
+    second.end_request();
+    second.accept(3);
+    assert_eq!(second.stats()[0].acc_tokens, 0);
+}
