@@ -617,7 +617,7 @@ fn bench_recall_prompt(c: &mut Criterion) {
 /// Two threads on one `Shared`, each replaying half of a workload (by
 /// output tokens) with a fresh drafter per request, against one thread
 /// replaying all of it: the same work (the same instructions within 0.1%,
-/// callgrind), so the time ratio is the speed-up (issue target: 1.7x).
+/// callgrind), so the time ratio is the speed-up.
 /// The two are timed apart; `examples/scaling` pairs them round by round,
 /// which holds up better on a noisy machine.
 fn bench_shared_memory(c: &mut Criterion) {

@@ -99,6 +99,7 @@ pub mod config;
 mod drafter;
 mod error;
 mod index;
+mod limits;
 #[cfg(feature = "replay")]
 pub mod replay;
 mod shared;
@@ -106,15 +107,17 @@ mod speculative;
 mod stats;
 pub mod strategies;
 mod sync;
+mod token;
 pub mod verify;
 
 pub use config::{Config, Strategy};
-pub use drafter::{DraftLimits, Drafter, IntoToken, Token};
+pub use drafter::{DraftLimits, Drafter};
 pub use error::{CacheFileProblem, Error, MemoryFileProblem};
 pub use shared::{Budget, Shared, SharedBuilder, SharedStats};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;
+pub use token::{IntoToken, Token};
 
 /// The README's Rust blocks, compiled and run as doc tests (`cargo test --doc`).
 #[cfg(doctest)]

@@ -10,7 +10,7 @@
 use super::mirror::{Change, Mirror};
 use super::poly::{mix, Poly};
 use super::{low32, top_bits, Idx, FACTOR};
-use crate::drafter::Token;
+use crate::token::Token;
 
 const MIN_BITS: u32 = 10;
 
