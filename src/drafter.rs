@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::limits::{check_range, MAX_DRAFT};
-pub use crate::token::{IntoToken, Token};
+use crate::token::Token;
 use crate::Error;
 
 /// The engine's limits on one draft, passed to every [`Drafter::draft`] call.

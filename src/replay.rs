@@ -24,9 +24,9 @@
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::drafter::Token;
 use crate::speculative::Speculative;
 use crate::stats::DrafterStats;
+use crate::token::Token;
 use crate::{Error, Shared};
 
 /// One request: the history at the start of generation and what the target generated.

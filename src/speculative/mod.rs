@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{Config, Strategy};
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
+use crate::token::Token;
 use crate::{Error, Shared};
 
 mod misuse;

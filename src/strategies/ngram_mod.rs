@@ -4,10 +4,11 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::low32;
 use crate::index::poly::Poly;
 use crate::limits::check_pool_size;
+use crate::token::Token;
 use crate::Error;
 
 /// The empty-cell marker: llama.cpp's `EMPTY = -1` as a `u32`.

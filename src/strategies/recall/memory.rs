@@ -21,8 +21,8 @@
 //! `tests/loom.rs` model-checks that a reader never sees a published
 //! position without its token and links.
 
-use crate::drafter::Token;
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
+use crate::token::Token;
 
 use super::calibrate::{Calibration, CELLS};
 use super::index::{ix, tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};

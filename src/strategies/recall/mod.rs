@@ -20,9 +20,10 @@ pub use memory::{RecallMemory, RunContext};
 /// The context orders, as saved in memory files.
 pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
 
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Roomy;
 use crate::sync::{lock, Arc};
+use crate::token::Token;
 
 use calibrate::{m_bucket, Cell};
 use choose::{Choice, Work};
