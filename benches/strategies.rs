@@ -697,8 +697,41 @@ fn bench_memory_append(c: &mut Criterion) {
     group.finish();
 }
 
+/// The draft call's cost as a function of concurrency: sample-code (180
+/// single-request sessions) on an engine of 1, 8, 32 and 128 slots on one
+/// `Shared`, a new drafter per request, decoded in rounds as an engine steps
+/// its batch. Throughput is in draft calls (one per step), so criterion's
+/// time per element is the replay's time per draft call (its `begin`,
+/// `accept` and `end_request` calls included) with N sequences in flight.
+fn bench_concurrency(c: &mut Criterion) {
+    let sessions = load(include_str!("../examples/data/sample-code.jsonl"));
+    let config = Config::recommended();
+    let mut group = c.benchmark_group("concurrency/recall");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(6));
+    for slots in [1usize, 8, 32, 128] {
+        let engine = Engine::fresh(slots);
+        let calls = replay_engine(&config, &Shared::new(&config).unwrap(), &sessions, engine)
+            .unwrap()
+            .steps;
+        group.throughput(Throughput::Elements(calls));
+        group.bench_function(format!("slots-{slots}"), |b| {
+            b.iter(|| {
+                let shared = Shared::new(&config).unwrap();
+                black_box(
+                    replay_engine(&config, &shared, &sessions, engine)
+                        .unwrap()
+                        .steps,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_concurrency,
     bench_memory_append,
     bench_draft,
     bench_begin,
