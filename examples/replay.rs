@@ -361,6 +361,22 @@ fn details(
                 r.accepted,
                 r.micros_per_draft()
             )?;
+            // A mixed workload: each kind's share of the same replay.
+            if r.kinds.len() > 1 {
+                for k in &r.kinds {
+                    writeln!(
+                        out,
+                        "  [{}]{:>w$} {:>7.3} {:>7.3} {:>9} {:>9}",
+                        k.kind,
+                        "",
+                        k.tau(),
+                        k.acceptance(),
+                        k.drafted,
+                        k.accepted,
+                        w = 43usize.saturating_sub(k.kind.len() + 4),
+                    )?;
+                }
+            }
         }
         if verbose {
             writeln!(out)?;
