@@ -140,6 +140,14 @@ fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) ->
 }
 
 const USAGE: &str = "usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N]";
+const HELP: &str = "diagnose: where a drafter loses tokens, by class, next to the hindsight copy bound
+
+usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N]
+  FILE.jsonl        workloads (JSON Lines, docs/replay.md); default: the embedded samples
+  -s, --strategy S  a strategy (NAME[:k=v,...]); several form a chain; default: Config::recommended()
+  --draft-max N     the longest draft, 1..=4096; default 16
+  -h, --help        this text
+";
 
 fn run(out: &mut Out) -> Result {
     let mut files = Vec::new();
@@ -158,7 +166,7 @@ fn run(out: &mut Out) -> Result {
                     .parse()
                     .map_err(|_| format!("--draft-max `{v}` is not a number"))?;
             }
-            "--help" | "-h" => return Err(USAGE.into()),
+            "--help" | "-h" => return Err(common::Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }

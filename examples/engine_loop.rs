@@ -1,8 +1,8 @@
 //! A multi-sequence engine simulation, in the pattern engines use: one
 //! engine-wide [`Shared`] state (cloned into every worker thread), one
-//! [`Speculative`] per request on top of it (built when the request arrives,
-//! dropped when it ends: dropping it publishes the request's tokens to the
-//! shared memory, where later requests, on any worker, draft from them), and
+//! [`Speculative`] per request on top of it (built when the request arrives;
+//! `end_request` publishes the request's tokens to the shared memory, where
+//! later requests, on any worker, draft from them), and
 //! a mock target model that verifies drafts against recorded outputs
 //! (greedy decoding).
 //!
@@ -79,11 +79,15 @@ struct Served {
     kind: String,
     tokens: usize,
     passes: usize,
+    /// How long each request's `end_request` took (the writer lock's hold
+    /// and any wait for it).
+    ends: Vec<std::time::Duration>,
 }
 
 /// Serves one session (its requests in turn, as a chat's turns arrive).
 fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> {
     let (mut tokens, mut passes) = (0, 0);
+    let mut ends = Vec::with_capacity(session.requests.len());
     for request in &session.requests {
         let target = MockTarget {
             output: &request.output,
@@ -98,22 +102,31 @@ fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> 
             i += accepted + 1;
         }
         tokens += request.output.len();
-        // The request ends: dropping its `Speculative` publishes its tokens
-        // to the engine-wide memory.
-        drop(live);
+        // The request ends: its tokens join the engine-wide memory.
+        let t = std::time::Instant::now();
+        live.spec.end_request();
+        ends.push(t.elapsed());
     }
     Ok(Served {
         id: session.id.clone(),
         kind: session.kind.clone(),
         tokens,
         passes,
+        ends,
     })
 }
 
 const USAGE: &str = "usage: engine_loop [FILE.jsonl [WORKERS]]";
+const HELP: &str = "engine_loop: a multi-threaded engine simulation on one Shared (recall, greedy verification against recorded outputs)
+
+usage: engine_loop [FILE.jsonl [WORKERS]]
+  FILE.jsonl   workload (JSON Lines, docs/replay.md); default: the embedded samples
+  WORKERS      worker threads, 1..=1024; default 4
+  -h, --help   this text
+";
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, 2)?;
+    let args = common::positional(USAGE, HELP, 2)?;
     let sessions: Vec<Session> = common::workloads(&args[..args.len().min(1)])?
         .into_iter()
         .flat_map(|(_, sessions)| sessions)
@@ -175,6 +188,18 @@ fn run(out: &mut Out) -> Result {
         tokens as f64 / passes.max(1) as f64,
         shared.heap_bytes() as f64 / f64::from(1 << 20),
     )?;
+    let mut ends: Vec<std::time::Duration> =
+        served.iter().flat_map(|s| s.ends.iter().copied()).collect();
+    ends.sort_unstable();
+    if let (Some(median), Some(longest)) = (ends.get(ends.len() / 2), ends.last()) {
+        writeln!(
+            out,
+            "end_request: median {:.1} us, longest {:.1} us over {} requests (publishing to the shared memory)",
+            median.as_secs_f64() * 1e6,
+            longest.as_secs_f64() * 1e6,
+            ends.len()
+        )?;
+    }
     Ok(())
 }
 

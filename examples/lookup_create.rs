@@ -108,11 +108,22 @@ fn demo(out: &mut Out) -> Result {
 }
 
 const USAGE: &str = "usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]";
+const HELP: &str = "lookup_create: builds a llama.cpp lookup cache file (ngram-cache) from a workload; without arguments, a demo
+
+usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]
+  WORKLOAD.jsonl   workload (JSON Lines, docs/replay.md)
+  OUT.bin          the cache file to write (llama.cpp's format)
+  --dynamic        a dynamic cache (every n-gram size) instead of the static 2-gram one
+  -h, --help       this text
+";
 
 fn run(out: &mut Out) -> Result {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() {
         return demo(out);
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        return Err(common::Failure::Help(HELP));
     }
     let dynamic = args.iter().any(|a| a == "--dynamic");
     let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();

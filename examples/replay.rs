@@ -26,13 +26,30 @@ mod common;
 use std::io::Write;
 use std::process::ExitCode;
 
-use common::{Out, Result};
+use common::{Failure, Out, Result};
 use selfspec::replay::{replay, replay_engine, Engine, ReplayReport, Session};
 use selfspec::{Config, DrafterStats, Shared, Speculative, Strategy};
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
 [--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--verbose] \
 [--slots N] [--fresh] [--memory FILE]";
+
+const HELP: &str = "replay: selfspec's drafters over recorded generations; tau (tokens per target forward pass) and acceptance per strategy
+
+usage: replay [FILE.jsonl ...] [options]
+  FILE.jsonl            workloads (JSON Lines, docs/replay.md); default: the embedded samples
+  -s, --strategy S      a strategy (NAME[:k=v,...], e.g. ngram-mod:n=24); several form a chain; default: each strategy alone
+  --draft-max N         the longest draft, 1..=4096 (default: each configuration's, 16 for most)
+  --draft-min N         the shortest draft worth verifying (default: each configuration's)
+  --pool-size N         ngram-mod's pool, in cells
+  --slots N             an engine of N slots (1..=4096) on one Shared, decoded in rounds
+  --fresh               with --slots: a new drafter per request
+  --memory FILE         load the engine-wide memory from FILE if it exists, save it there at the end
+  --per-kind            replay each session kind of a file separately
+  --json                the figures and reports as JSON
+  -v, --verbose         add llama.cpp's statistics lines
+  -h, --help            this text
+";
 
 /// What the first screen says about its figures.
 const LEGEND: &str =
@@ -61,17 +78,17 @@ struct Options {
     memory: Option<String>,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> std::result::Result<Options, String> {
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
     let mut o = Options::default();
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| {
             args.next()
-                .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))
+                .ok_or_else(|| Failure::from(format!("{flag} needs a value; {USAGE}")))
         };
         let number = |flag: &str, v: String| {
             v.parse::<usize>()
-                .map_err(|_| format!("{flag} `{v}` is not a non-negative integer"))
+                .map_err(|_| Failure::from(format!("{flag} `{v}` is not a non-negative integer")))
         };
         match arg.as_str() {
             "--strategy" | "-s" => {
@@ -85,12 +102,19 @@ fn parse_args(args: impl Iterator<Item = String>) -> std::result::Result<Options
             "--per-kind" => o.per_kind = true,
             "--json" => o.json = true,
             "--verbose" | "-v" => o.verbose = true,
-            "--slots" => o.slots = Some(number(&arg, value(&arg)?)?.max(1)),
+            "--slots" => {
+                let v = value(&arg)?;
+                let n = number(&arg, v.clone())?;
+                if !(1..=4096).contains(&n) {
+                    return Err(format!("--slots `{v}`: expected 1..=4096").into());
+                }
+                o.slots = Some(n);
+            }
             "--fresh" => o.fresh = true,
             "--memory" => o.memory = Some(value(&arg)?),
-            "--help" | "-h" => return Err(USAGE.to_string()),
+            "--help" | "-h" => return Err(Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}`; {USAGE}"))
+                return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }
             _ => o.files.push(arg),
         }
@@ -337,6 +361,22 @@ fn details(
                 r.accepted,
                 r.micros_per_draft()
             )?;
+            // A mixed workload: each kind's share of the same replay.
+            if r.kinds.len() > 1 {
+                for k in &r.kinds {
+                    writeln!(
+                        out,
+                        "  [{}]{:>w$} {:>7.3} {:>7.3} {:>9} {:>9}",
+                        k.kind,
+                        "",
+                        k.tau(),
+                        k.acceptance(),
+                        k.drafted,
+                        k.accepted,
+                        w = 43usize.saturating_sub(k.kind.len() + 4),
+                    )?;
+                }
+            }
         }
         if verbose {
             writeln!(out)?;

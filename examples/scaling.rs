@@ -30,6 +30,14 @@ use selfspec::replay::{replay_engine, Engine, ReplayReport, Session};
 use selfspec::{Config, Shared};
 
 const USAGE: &str = "usage: scaling [FILE.jsonl [THREADS [ROUNDS]]]";
+const HELP: &str = "scaling: how drafting scales with threads (one thread; THREADS on one Shared; THREADS with a Shared each)
+
+usage: scaling [FILE.jsonl [THREADS [ROUNDS]]]
+  FILE.jsonl   workload (JSON Lines, docs/replay.md); default: sample-chat
+  THREADS      threads, 1..=1024; default 2
+  ROUNDS       paired rounds, 1..=10000; default 21
+  -h, --help   this text
+";
 
 /// Output tokens of a session.
 fn output_tokens(session: &Session) -> u64 {
@@ -211,7 +219,7 @@ fn report(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, 3)?;
+    let args = common::positional(USAGE, HELP, 3)?;
     let threads = common::count(args.get(1), "THREADS", 2, common::MAX_THREADS)?;
     let rounds = common::count(args.get(2), "ROUNDS", 21, 10_000)?;
     let workloads = match args.first() {

@@ -17,6 +17,15 @@ use selfspec::replay::{replay, Session};
 use selfspec::{Config, Speculative, Strategy};
 
 const USAGE: &str = "usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]";
+const HELP: &str =
+    "tune: a grid of strategy parameters and draft_min per workload; the best setting per strategy
+
+usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]
+  FILE.jsonl            workloads (JSON Lines, docs/replay.md); default: the embedded samples
+  --draft-max N         the longest draft, 1..=4096; default 16
+  --min-acceptance F    only settings whose acceptance is at least F, 0..=1; default 0
+  -h, --help            this text
+";
 
 /// Every setting tried: strategy parameters x draft_min.
 fn grid(draft_max: usize) -> Vec<Config> {
@@ -154,7 +163,7 @@ fn run(out: &mut Out) -> Result {
                     .filter(|a: &f64| (0.0..=1.0).contains(a))
                     .ok_or_else(|| format!("--min-acceptance `{v}`: expected a number in 0..=1"))?;
             }
-            "--help" | "-h" => return Err(USAGE.into()),
+            "--help" | "-h" => return Err(common::Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }

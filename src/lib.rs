@@ -8,77 +8,90 @@
 //! token is a forward pass saved. Code rewrites, summaries, RAG answers, agent
 //! loops and reasoning models that repeat themselves gain the most.
 //!
-//! The llama.cpp strategies are exact ports of its draftless ones
+//! # Example: an engine loop
+//!
+//! One [`Shared`] per engine, one [`Speculative`] per sequence or request on
+//! it (any thread), and four calls per request:
+//!
+//! ```
+//! use selfspec::{verify, Config, Shared, Speculative, Token};
+//!
+//! // A mock target model: its greedy choice after `t` (a real engine runs
+//! // one batched forward pass over `[last] + draft` instead).
+//! let argmax_after = |t: Token| (t * 7 + 3) % 50;
+//!
+//! let config = Config::recommended();
+//! let shared = Shared::new(&config)?; // once per engine
+//! for request in 0..3 {
+//!     let mut spec = Speculative::with_shared(&config, &shared)?; // per request
+//!     let mut history: Vec<Token> = vec![request, 1, 2, 3];       // the prompt, evaluated
+//!     spec.begin(&history);
+//!     let mut last = argmax_after(*history.last().unwrap());      // sampled after prefill
+//!     let mut forward_passes = 0;
+//!     while history.len() < 200 {
+//!         let draft = spec.draft(&history, last);
+//!         // One forward pass over [last] + draft: the target's choice per position.
+//!         let rows: Vec<Token> = std::iter::once(last).chain(draft.iter().copied()).map(argmax_after).collect();
+//!         let v = verify::greedy_next(draft, &rows).expect("one row more than the draft");
+//!         history.push(last);
+//!         history.extend_from_slice(&draft[..v.n_accepted]);
+//!         spec.accept(v.n_accepted);
+//!         last = v.next_token;
+//!         forward_passes += 1;
+//!     }
+//!     spec.end_request(); // its tokens join the engine-wide memory
+//!     assert!(forward_passes < 100, "drafts were accepted");
+//! }
+//! # Ok::<(), selfspec::Error>(())
+//! ```
+//!
+//! # Engine hooks
+//!
+//! | engine hook | selfspec call |
+//! |---|---|
+//! | engine starts | `Shared::new(&config)?`, or [`Shared::builder()`](Shared::builder) `.budget(..).load_or_create(path).build(&config)?` |
+//! | request created | [`Speculative::with_shared(&config, &shared)?`](Speculative::with_shared) (any thread) |
+//! | prefill | [`spec.begin(&prompt)`](Speculative::begin): the whole history the target holds |
+//! | propose, after sampling `last` | [`spec.draft(&history, last)`](Speculative::draft): `history` without `last` |
+//! | verify (one batched pass over `[last] + draft`) | [`verify::greedy_next`] or [`verify::sampled`] |
+//! | commit | `history += [last] + draft[..n]`, then [`spec.accept(n)`](Speculative::accept) |
+//! | sequence forks (`n > 1`, beam search) | [`spec.fork()`](Speculative::fork) |
+//! | request ends | [`spec.end_request()`](Speculative::end_request) |
+//! | monitoring, shutdown | [`spec.stats()`](Speculative::stats), [`shared.stats()`](Shared::stats), [`shared.save(path)?`](Shared::save) |
+//!
+//! # Strategies
+//!
+//! [`Config::recommended()`] uses selfspec's own drafter, `recall`. The
+//! llama.cpp strategies are exact ports of its draftless ones
 //! (`--spec-type ngram-simple | ngram-map-k | ngram-map-k4v | ngram-mod |
 //! ngram-cache`), checked draft for draft against traces of llama.cpp's own
-//! code, and of its orchestrator, which chains them and keeps its statistics;
-//! they cost the same at any history length. [`Config::recommended()`] uses
-//! selfspec's own drafter, `recall`, which drafts more and better than any of
-//! them (see the README's figures).
+//! code, and of its orchestrator, which chains them and keeps its
+//! statistics; they cost the same at any history length.
 //!
 //! | strategy | wins when | state |
 //! |---|---|---|
+//! | [`recall`](strategies::Recall) | chat, code, code edits, agents (`Config::recommended()`) | everything seen, bounded ([`Budget`]) |
 //! | [`ngram-simple`](strategies::NgramSimple) | long verbatim repeats (code edits, quoting) | position index of the history |
 //! | [`ngram-map-k`](strategies::NgramMap) | the same, adapting the draft length to past acceptance | hash index + key records |
 //! | [`ngram-map-k4v`](strategies::NgramMap) | keys with one dominant continuation; high acceptance | same, 4 values per key |
 //! | [`ngram-mod`](strategies::NgramMod) | text seen in *other* sequences (shared pool) | one pool per engine |
 //! | [`ngram-cache`](strategies::NgramCache) | llama.cpp's lookup decoding, with its cache files | n-gram follower counts |
-//! | [`recall`](strategies::Recall) | selfspec's own: chat and code edits alike (`Config::recommended()`) | everything seen, bounded |
 //!
-//! # Example: an engine loop
-//!
-//! ```
-//! use selfspec::{Config, Speculative, Strategy, Token};
-//!
-//! // What the target model will generate (a mock: greedy verification against it).
-//! let target: Vec<Token> = [10, 11, 12, 13, 14, 15, 16, 17].repeat(8);
-//! let prompt = &target[..24];
-//!
-//! let config = Config::new([Strategy::NgramSimple { n: 3, m: 8 }]);
-//! let mut spec = Speculative::new(&config)?;
-//! spec.begin(prompt);
-//!
-//! let mut history = prompt.to_vec();
-//! let mut forward_passes = 0;
-//! while history.len() < target.len() {
-//!     let last = target[history.len()]; // the token the target just sampled
-//!     let draft = spec.draft(&history, last);
-//!     // Verify: keep the draft's longest prefix that matches the target.
-//!     let truth = &target[history.len() + 1..];
-//!     let n_accepted = draft.iter().zip(truth).take_while(|(d, t)| d == t).count();
-//!     spec.accept(n_accepted);
-//!     history.push(last);
-//!     history.extend_from_slice(&truth[..n_accepted]);
-//!     forward_passes += 1;
-//! }
-//! assert!(forward_passes < (target.len() - prompt.len()) / 2);
-//! for stats in spec.stats() {
-//!     println!("{stats}"); // statistics ngram_simple: #calls(b,g,a) = ...
-//! }
-//! # Ok::<(), selfspec::Error>(())
-//! ```
-//!
-//! [`verify`] turns the target's output over `[last] + draft` into the number
-//! of accepted tokens and the next token, for greedy decoding and for
-//! sampling (speculative sampling, exact in distribution).
-//!
-//! # Sharing
-//!
-//! Build one [`Shared`] per engine (`Clone + Send + Sync`): it holds what is
-//! learned across sequences (ngram-mod's pool, recall's memory of earlier
-//! requests and its calibration). Build one [`Speculative`] per sequence or
-//! per request on it with [`Speculative::with_shared`], on any thread;
-//! [`Speculative::new`] makes a private one. [`Shared::save`] and
-//! [`Shared::load`] carry it across restarts.
+//! Engines chain their own drafters (a draft model included) with these
+//! through the object-safe [`Drafter`] trait and [`Speculative::from_drafters`].
 //!
 //! # Token ids
 //!
-//! [`Token`] is `u32`. Engines with `i32` ids convert with `as u32`: hashes
-//! treat ids as llama.cpp treats its `i32` tokens. Or they keep no `u32` copy
-//! of the history: [`Speculative::begin_owned`] and
-//! [`Speculative::draft_next`] take `i32` ids as they are ([`IntoToken`]) and
-//! the `Speculative` keeps the history. The id `u32::MAX` (`-1`) is
-//! ngram-mod's empty-cell marker and is never stored in its pool.
+//! [`Token`] is `u32`. Engines with `i32` ids (llama.cpp bindings) use the
+//! owned-history API ([`Speculative::begin_owned`],
+//! [`Speculative::draft_next`]) and [`verify`] with their ids as they are
+//! ([`IntoToken`]); hashes see them as llama.cpp does.
+//!
+//! # Features
+//!
+//! - `serde`: `Serialize` / `Deserialize` for configurations and statistics.
+//! - `replay`: the evaluation harness (`selfspec::replay`: the workload
+//!   format and the replay protocol); engines do not need it.
 
 #![forbid(unsafe_code)]
 
@@ -86,6 +99,7 @@ pub mod config;
 mod drafter;
 mod error;
 mod index;
+mod limits;
 #[cfg(feature = "replay")]
 pub mod replay;
 mod shared;
@@ -93,15 +107,17 @@ mod speculative;
 mod stats;
 pub mod strategies;
 mod sync;
+mod token;
 pub mod verify;
 
 pub use config::{Config, Strategy};
-pub use drafter::{DraftLimits, Drafter, IntoToken, Token};
+pub use drafter::{DraftLimits, Drafter};
 pub use error::{CacheFileProblem, Error, MemoryFileProblem};
 pub use shared::{Budget, Shared, SharedBuilder, SharedStats};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;
+pub use token::{IntoToken, Token};
 
 /// The README's Rust blocks, compiled and run as doc tests (`cargo test --doc`).
 #[cfg(doctest)]

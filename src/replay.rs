@@ -24,9 +24,9 @@
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::drafter::Token;
 use crate::speculative::Speculative;
 use crate::stats::DrafterStats;
+use crate::token::Token;
 use crate::{Error, Shared};
 
 /// One request: the history at the start of generation and what the target generated.
@@ -281,6 +281,74 @@ pub struct ReplayReport {
     pub draft_time: Duration,
     /// Per-strategy statistics accumulated during this replay.
     pub stats: Vec<DrafterStats>,
+    /// The figures of each session kind in the replay, in order of first
+    /// appearance: how each kind fares in a mixed workload.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub kinds: Vec<KindFigures>,
+}
+
+/// One session kind's share of a [`ReplayReport`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct KindFigures {
+    /// The sessions' `kind`.
+    pub kind: String,
+    /// Tokens generated in sessions of this kind.
+    pub tokens: u64,
+    /// Target forward passes they took.
+    pub steps: u64,
+    /// Draft tokens handed to the engine for them.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+}
+
+impl KindFigures {
+    /// Tokens per target forward pass (0 when nothing was generated).
+    #[must_use]
+    pub fn tau(&self) -> f64 {
+        if self.steps == 0 {
+            0.0
+        } else {
+            self.tokens as f64 / self.steps as f64
+        }
+    }
+
+    /// Accepted / drafted tokens (0 without drafts).
+    #[must_use]
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+impl ReplayReport {
+    /// The entry of `kind` (added on first use).
+    fn kind(&mut self, kind: &str) -> &mut KindFigures {
+        let i = match self.kinds.iter().position(|k| k.kind == kind) {
+            Some(i) => i,
+            None => {
+                self.kinds.push(KindFigures {
+                    kind: kind.to_string(),
+                    ..KindFigures::default()
+                });
+                self.kinds.len() - 1
+            }
+        };
+        &mut self.kinds[i]
+    }
+
+    /// Counts one step of a session of `kind`: `drafted` tokens offered,
+    /// `accepted` kept.
+    fn count_step(&mut self, kind: &str, drafted: usize, accepted: usize) {
+        let k = self.kind(kind);
+        k.steps += 1;
+        k.drafted += drafted as u64;
+        k.accepted += accepted as u64;
+    }
 }
 
 impl ReplayReport {
@@ -338,6 +406,7 @@ pub fn replay_observed(
         for (r, request) in session.requests.iter().enumerate() {
             report.requests += 1;
             report.tokens += request.output.len() as u64;
+            report.kind(&session.kind).tokens += request.output.len() as u64;
             history.clear();
             history.extend_from_slice(&request.prompt);
             spec.begin(&history);
@@ -371,6 +440,7 @@ pub fn replay_observed(
                     report.drafted += draft.len() as u64;
                     report.accepted += n_accepted as u64;
                 }
+                report.count_step(&session.kind, draft.len(), n_accepted);
                 observe(&step);
                 spec.accept(n_accepted);
                 history.extend_from_slice(&output[i..i + n_accepted + 1]);
@@ -485,6 +555,7 @@ impl EngineReplay<'_> {
         let request = &self.sessions[s].requests[r];
         self.report.requests += 1;
         self.report.tokens += request.output.len() as u64;
+        self.report.kind(&self.sessions[s].kind).tokens += request.output.len() as u64;
         slot.session = s;
         slot.request = r;
         slot.i = 0;
@@ -512,8 +583,11 @@ impl EngineReplay<'_> {
                 self.report.drafted += draft.len() as u64;
                 self.report.accepted += n_accepted as u64;
             }
+            let drafted = draft.len();
             slot.history
                 .extend_from_slice(&output[slot.i..=slot.i + n_accepted]);
+            self.report
+                .count_step(&sessions[slot.session].kind, drafted, n_accepted);
             spec.accept(n_accepted);
             slot.i += n_accepted + 1;
             self.report.steps += 1;

@@ -57,7 +57,7 @@
 //! let draft = [3u32, 2];
 //! let mut draws = [0.3, 0.9, 0.75].into_iter(); // the engine's uniform draws in [0, 1)
 //! let v = sampled(&draft, &rows, || draws.next().unwrap());
-//! assert_eq!(v, Verdict { n_accepted: 2, next_token: 1 }); // both kept, bonus token 1
+//! assert_eq!(v, Some(Verdict { n_accepted: 2, next_token: 1 })); // both kept, bonus token 1
 //! ```
 
 use crate::{IntoToken, Token};

@@ -131,7 +131,7 @@ fn warm_recall_on_a_full_memory_does_not_allocate() {
             memory: 4 << 20,
             sequence: 4 << 20,
         };
-        let shared = Shared::with_budget(&config, budget).unwrap();
+        let shared = Shared::builder().budget(budget).build(&config).unwrap();
         let mut spec = Speculative::with_shared(&config, &shared).unwrap();
         let held = std::cell::Cell::new(0);
         assert_third_pass_does_not_allocate(&mut spec, file, || held.set(shared.heap_bytes()));

@@ -90,7 +90,11 @@ fn bad_strategy_strings() {
         ),
     ];
     for (input, want) in cases {
-        assert_eq!(&input.parse::<Strategy>().unwrap_err(), want, "{input}");
+        assert_eq!(
+            format!("{:?}", input.parse::<Strategy>().unwrap_err()),
+            format!("{want:?}"),
+            "{input}"
+        );
     }
 }
 
@@ -199,8 +203,18 @@ fn bad_configurations_get_exact_errors() {
         ),
     ];
     for (what, config, want) in cases {
-        assert_eq!(config.validate().unwrap_err(), want, "{what}");
-        assert_eq!(Speculative::new(&config).unwrap_err(), want, "{what}");
+        // Errors have no PartialEq: the kind and every field, as Debug shows them.
+        let want = format!("{want:?}");
+        assert_eq!(
+            format!("{:?}", config.validate().unwrap_err()),
+            want,
+            "{what}"
+        );
+        assert_eq!(
+            format!("{:?}", Speculative::new(&config).unwrap_err()),
+            want,
+            "{what}"
+        );
     }
 }
 
@@ -316,10 +330,13 @@ fn config_limits_are_draft_limits() {
             .with_draft_max(limits.max);
         let drafters: Vec<Box<dyn selfspec::Drafter>> =
             vec![Box::new(selfspec::strategies::NgramSimple::new(12, 48))];
-        let want = limits.validate().unwrap_err();
-        assert_eq!(config.validate().unwrap_err(), want);
+        let want = format!("{:?}", limits.validate().unwrap_err());
+        assert_eq!(format!("{:?}", config.validate().unwrap_err()), want);
         assert_eq!(
-            Speculative::from_drafters(drafters, limits).unwrap_err(),
+            format!(
+                "{:?}",
+                Speculative::from_drafters(drafters, limits).unwrap_err()
+            ),
             want
         );
     }

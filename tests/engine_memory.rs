@@ -152,7 +152,7 @@ fn ten_thousand_unrelated_sessions_stay_within_the_budget() -> Result<(), Error>
         memory: 1 << 20,
         sequence: 1 << 20,
     };
-    let shared = Shared::with_budget(&config, budget)?;
+    let shared = Shared::builder().budget(budget).build(&config)?;
     let mut slot = Speculative::with_shared(&config, &shared)?;
     let mut rng = Rng(17);
     let mut peak_seq = 0;
@@ -170,14 +170,13 @@ fn ten_thousand_unrelated_sessions_stay_within_the_budget() -> Result<(), Error>
             );
         }
     }
-    let memory = shared
-        .existing_recall_memory()
-        .expect("recall made its memory");
+    let memory = shared.stats();
     // Fixed overhead: the smallest bucket arrays (8 orders x 4096 x 4 bytes)
     // and the learned tables.
     let overhead = 8 * 4096 * 4 + (16 << 10);
     assert!(
-        memory.appended() > 2 * memory.capacity() as u64,
+        memory.tokens_published > 2 * memory.memory_capacity
+            && memory.tokens_forgotten == memory.tokens_published - memory.memory_tokens,
         "it had to forget"
     );
     assert!(
@@ -189,7 +188,7 @@ fn ten_thousand_unrelated_sessions_stay_within_the_budget() -> Result<(), Error>
         peak_seq <= budget.sequence + overhead,
         "{peak_seq} bytes per sequence"
     );
-    let per_token = (shared.heap_bytes() - overhead) as f64 / memory.len() as f64;
+    let per_token = (shared.heap_bytes() - overhead) as f64 / memory.memory_tokens as f64;
     assert!(
         per_token <= 100.0,
         "{per_token:.1} bytes per remembered token"
@@ -242,10 +241,13 @@ fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
         memory: tokens / 4 * 84,
         ..Budget::default()
     };
-    let bounded = Shared::with_budget(&config, quarter)?;
+    let bounded = Shared::builder().budget(quarter).build(&config)?;
     let part = replay_engine(&config, &bounded, &sessions, Engine::fresh(32))?;
-    let memory = bounded.existing_recall_memory().unwrap();
-    assert!(memory.capacity() <= tokens / 4 && memory.appended() > memory.capacity() as u64);
+    let memory = bounded.stats();
+    assert!(
+        memory.memory_capacity <= tokens as u64 / 4
+            && memory.tokens_published > memory.memory_capacity
+    );
     // Without any memory of other requests (a budget far too small to hold
     // one request's worth would still hold some): compare with a private
     // memory per request.
@@ -259,7 +261,7 @@ fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
         "sample-code fresh 32: unbounded {:.3} / {:.3}, quarter budget ({} tokens) {:.3} / {:.3}, no memory {alone:.3}",
         full.tau(),
         full.acceptance(),
-        memory.capacity(),
+        memory.memory_capacity,
         part.tau(),
         part.acceptance()
     );
@@ -322,18 +324,19 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     shared.save(&path)?;
     let good = std::fs::read(&path).expect("saved");
     std::fs::remove_file(&path).ok();
-    let problem = |bytes: &[u8]| match Shared::from_bytes(&config, "test.mem", bytes) {
-        Err(Error::MemoryFile {
-            problem,
-            offset,
-            path,
-        }) => {
-            assert_eq!(path, std::path::Path::new("test.mem"));
-            Some((problem, offset))
-        }
-        Err(e) => panic!("not a memory file error: {e}"),
-        Ok(_) => None,
-    };
+    let problem =
+        |bytes: &[u8]| match Shared::builder().build_from_bytes(&config, "test.mem", bytes) {
+            Err(Error::MemoryFile {
+                problem,
+                offset,
+                path,
+            }) => {
+                assert_eq!(path, std::path::Path::new("test.mem"));
+                Some((problem, offset))
+            }
+            Err(e) => panic!("not a memory file error: {e}"),
+            Ok(_) => None,
+        };
     let mut version = good.clone();
     version[8] = 9;
     let mut flipped = good.clone();
@@ -375,7 +378,7 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     // A pool of another size cannot be used.
     let with_pool = Config::new([Strategy::NgramMod { n: 4 }]).with_pool_size(1024);
     let pooled = Shared::new(&with_pool)?;
-    pooled.pool()?.add(&[1, 2, 3, 4], 5);
+    Speculative::with_shared(&with_pool, &pooled)?.begin(&(0..64).collect::<Vec<u32>>());
     pooled.save(&path)?;
     let other = with_pool.clone().with_pool_size(2048);
     match Shared::load(&other, &path) {
@@ -391,10 +394,14 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
         }) => {}
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        Shared::load(&with_pool, &path)?.pool()?.get(&[1, 2, 3, 4]),
-        Some(5)
-    );
+    let loaded = Shared::load(&with_pool, &path)?;
+    let mut spec = Speculative::with_shared(&with_pool, &loaded)?;
+    let prompt: Vec<u32> = (0..11).collect();
+    spec.begin(&prompt);
+    assert_eq!(spec.draft(&prompt, 11).first(), Some(&12));
+    // A chain without ngram-mod has no use for the pool: not an error.
+    let recall = Shared::load(&Config::recommended(), &path)?;
+    assert_eq!(recall.stats().pool_cells, 0);
     std::fs::remove_file(&path).ok();
     // A missing file names the file.
     let missing = dir.join("selfspec-no-such-file.mem");
@@ -409,13 +416,15 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
     ));
     // Every cut and every single-byte change is an error or a clean load, never a panic.
     for cut in (0..good.len()).step_by(7) {
-        let _ = Shared::from_bytes(&config, "cut", &good[..cut]);
+        let _ = Shared::builder().build_from_bytes(&config, "cut", &good[..cut]);
     }
     for at in (0..good.len()).step_by(13) {
         let mut b = good.clone();
         b[at] = b[at].wrapping_add(1);
         assert!(
-            Shared::from_bytes(&config, "changed", &b).is_err(),
+            Shared::builder()
+                .build_from_bytes(&config, "changed", &b)
+                .is_err(),
             "a change at byte {at} loaded"
         );
     }
@@ -426,13 +435,12 @@ fn bad_memory_files_are_typed_errors() -> Result<(), Error> {
 fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
     // A small budget, so that the ring wraps while others read it.
     let config = Config::recommended();
-    let shared = Shared::with_budget(
-        &config,
-        Budget {
+    let shared = Shared::builder()
+        .budget(Budget {
             memory: 1 << 17,
             ..Budget::default()
-        },
-    )?;
+        })
+        .build(&config)?;
     let passage = Arc::new(Rng(29).text(300, 5000));
     let threads: Vec<_> = (0..8)
         .map(|t| {
@@ -466,8 +474,8 @@ fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
             "the shared passage drafts under concurrency: {tau:.2}"
         );
     }
-    let memory = shared.existing_recall_memory().unwrap();
-    assert!(memory.len() <= memory.capacity());
+    let memory = shared.stats();
+    assert!(memory.memory_tokens <= memory.memory_capacity);
     assert!(shared.heap_bytes() <= (1 << 17) + 8 * 4096 * 4 + (16 << 10));
     Ok(())
 }

@@ -233,7 +233,7 @@ fn a_recall_fork_publishes_only_its_branch() {
             drop(child);
         }
         drop(parent);
-        shared.recall_memory().appended()
+        shared.stats().tokens_published
     };
     let alone = published(false);
     assert!(alone >= 3000, "the prompt is published: {alone}");
@@ -254,7 +254,7 @@ fn a_recall_fork_publishes_only_its_branch() {
     let child_added = child.history.len() - prompt.len();
     drop(child);
     drop(parent);
-    let appended = shared.recall_memory().appended();
+    let appended = shared.stats().tokens_published;
     assert!(
         appended >= alone + u64::try_from(child_added).unwrap() && appended < 2 * alone,
         "prompt once ({alone}) and the branch's {child_added} tokens: {appended}"

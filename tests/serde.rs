@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use selfspec::config::{DEFAULT_POOL_SIZE, RECALL_DEFAULT_PERMILLE};
+use selfspec::config::DEFAULT_POOL_SIZE;
 use selfspec::replay::ReplayReport;
+use selfspec::strategies::DEFAULT_THRESHOLD_PERMILLE as RECALL_DEFAULT_PERMILLE;
 use selfspec::{Config, DrafterStats, Strategy};
 
 fn config(json: &str) -> Result<Config, String> {

@@ -2,11 +2,9 @@
 
 mod common;
 
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use selfspec::replay::{replay, replay_observed, Session};
-use selfspec::{Config, NgramPool, Speculative, Strategy};
+use selfspec::{Config, Shared, Speculative, Strategy};
+use std::collections::HashSet;
 
 fn config() -> Config {
     Config::new([
@@ -24,7 +22,8 @@ fn eight_threads_replay_different_sessions_against_one_pool() {
         .flat_map(|r| r.prompt.iter().chain(&r.output))
         .copied()
         .collect();
-    let pool = Arc::new(NgramPool::new(1 << 20).unwrap());
+    let config = config().with_pool_size(1 << 20);
+    let shared = Shared::new(&config).unwrap();
     let parts: Vec<Vec<Session>> = (0..8)
         .map(|t| sessions.iter().skip(t).step_by(8).cloned().collect())
         .collect();
@@ -32,7 +31,7 @@ fn eight_threads_replay_different_sessions_against_one_pool() {
         let handles: Vec<_> = parts
             .iter()
             .map(|part| {
-                let mut spec = Speculative::with_pool(&config(), pool.clone()).unwrap();
+                let mut spec = Speculative::with_shared(&config, &shared).unwrap();
                 let seen = &seen;
                 scope.spawn(move || {
                     replay_observed(&mut spec, part, |step| {
@@ -58,7 +57,8 @@ fn eight_threads_replay_different_sessions_against_one_pool() {
     for r in &reports {
         assert!(r.tau() >= 1.0 && r.accepted <= r.drafted);
     }
-    assert!(pool.used() > 0);
+    assert!(shared.stats().pool_cells_used > 0);
+    assert_eq!(shared.stats().pool_cells, 1 << 20);
 }
 
 #[test]
@@ -68,8 +68,7 @@ fn one_thread_on_a_shared_pool_is_the_reference() {
     ));
     let config = config().with_pool_size(1 << 16);
     let mut own = Speculative::new(&config).unwrap();
-    let mut shared =
-        Speculative::with_pool(&config, Arc::new(NgramPool::new(1 << 16).unwrap())).unwrap();
+    let mut shared = Speculative::with_shared(&config, &Shared::new(&config).unwrap()).unwrap();
     let (a, b) = (replay(&mut own, &sessions), replay(&mut shared, &sessions));
     assert_eq!(
         (a.steps, a.drafted, a.accepted),
@@ -83,4 +82,20 @@ fn one_thread_on_a_shared_pool_is_the_reference() {
     };
     assert_eq!(counters(&own), counters(&shared));
     assert_eq!(own.pool().unwrap().used(), shared.pool().unwrap().used());
+}
+
+#[test]
+fn a_config_with_another_pool_size_is_refused_by_a_shared() {
+    let shared = Shared::new(&config().with_pool_size(1 << 16)).unwrap();
+    let err = Speculative::with_shared(&config().with_pool_size(1 << 20), &shared).unwrap_err();
+    assert!(matches!(
+        err,
+        selfspec::Error::PoolSizeMismatch {
+            config: 1_048_576,
+            shared: 65_536
+        }
+    ));
+    // A chain without ngram-mod does not use the pool: any size is fine.
+    let recall = Config::recommended().with_pool_size(1 << 20);
+    assert!(Speculative::with_shared(&recall, &shared).is_ok());
 }

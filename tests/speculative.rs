@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use selfspec::{
-    Config, DraftLimits, Drafter, DrafterStats, NgramPool, Speculative, Strategy, Token,
+    Config, DraftLimits, Drafter, DrafterStats, NgramPool, Shared, Speculative, Strategy, Token,
 };
 
 /// A drafter that returns a fixed draft and logs what it is told.
@@ -143,7 +143,7 @@ fn accept_zero_or_without_draft_does_nothing() {
 #[test]
 fn from_drafters_validates_limits() {
     let err = Speculative::from_drafters(vec![], DraftLimits::default()).unwrap_err();
-    assert_eq!(err, selfspec::Error::EmptyChain);
+    assert!(matches!(err, selfspec::Error::EmptyChain));
     let one = || -> Vec<Box<dyn Drafter>> {
         vec![Box::new(selfspec::strategies::NgramSimple::new(2, 2))]
     };
@@ -235,16 +235,16 @@ fn odd_engine_behaviour_never_panics() {
 
 #[test]
 fn shared_pool_is_shared() {
-    let pool = Arc::new(NgramPool::new(1 << 12).unwrap());
-    let config = Config::new([Strategy::NgramMod { n: 3 }]);
-    let mut a = Speculative::with_pool(&config, pool.clone()).unwrap();
-    let mut b = Speculative::with_pool(&config, pool.clone()).unwrap();
+    let config = Config::new([Strategy::NgramMod { n: 3 }]).with_pool_size(1 << 12);
+    let shared = Shared::new(&config).unwrap();
+    let mut a = Speculative::with_shared(&config, &shared).unwrap();
+    let mut b = Speculative::with_shared(&config, &shared).unwrap();
     let text: Vec<Token> = (0..64).collect();
     a.begin(&text);
     // b never saw the text, but the pool did.
     b.begin(&[]);
     assert_eq!(b.draft(&[9, 10, 11], 12), (13..29).collect::<Vec<_>>());
-    assert!(pool.used() > 0);
+    assert!(shared.stats().pool_cells_used > 0);
 }
 
 #[test]
@@ -298,4 +298,45 @@ fn replay_reports_only_its_own_counts() {
     assert_eq!(second.stats[0].calls_begin, 1);
     assert_eq!(second.stats[0].acc_tokens, second.accepted);
     assert_eq!(second.stats[0].gen_tokens, second.drafted);
+}
+
+/// `accept(n)` with `n` above the draft's length is counted as the draft's
+/// length and reported once per sequence.
+#[test]
+fn accepting_more_than_the_draft_is_a_misuse() {
+    let mut spec = Speculative::new(&Config::default()).unwrap();
+    let mut history: Vec<Token> = (0..100).map(|i| i % 20).collect();
+    spec.begin(&history);
+    let draft = spec.draft(&history, 0).to_vec();
+    assert_eq!(draft.len(), 16);
+    spec.accept(116);
+    assert_eq!(spec.stats()[0].acc_tokens, 16);
+    assert_eq!(spec.misuse_count(), 1);
+    history.push(0);
+    history.extend_from_slice(&draft);
+    let next = spec.draft(&history, 17).len();
+    spec.accept(next + 5);
+    assert_eq!(spec.misuse_count(), 1, "once per sequence");
+    spec.begin(&history);
+    assert_eq!(spec.misuse_count(), 1);
+}
+
+/// `end_request` hands the request to the engine-wide memory; a later
+/// request on another `Speculative` drafts from it.
+#[test]
+fn end_request_publishes_to_the_shared_memory() {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let text: Vec<Token> = (0..300).map(|i| i * 7919 % 1000).collect();
+    let mut first = Speculative::with_shared(&config, &shared).unwrap();
+    first.begin(&text);
+    first.end_request();
+    assert_eq!(shared.stats().memory_tokens, 300);
+    let mut second = Speculative::with_shared(&config, &shared).unwrap();
+    second.begin(&text[..20]);
+    assert_eq!(second.draft(&text[..20], text[20]).first(), Some(&text[21]));
+    // A pending draft is dropped: accept after end_request does nothing.
+    second.end_request();
+    second.accept(3);
+    assert_eq!(second.stats()[0].acc_tokens, 0);
 }

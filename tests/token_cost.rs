@@ -68,6 +68,18 @@ fn costs_outside_zero_to_one_are_errors() {
     for good in [0.0, 0.13, 0.999] {
         spec.set_token_cost(good).unwrap();
     }
+    // The cost stays a float, printed short.
+    for (bad, shown) in [
+        (-1e-300, "token cost -1e-300 is"),
+        (1.5, "token cost 1.5 is"),
+        (-0.123456789, "token cost -0.123457 is"),
+        (123456789.0, "token cost 1.23457e8 is"),
+        (f64::NAN, "token cost NaN is"),
+    ] {
+        let e = spec.set_token_cost(bad).unwrap_err();
+        assert!(e.to_string().starts_with(shown), "{e}");
+        assert!(matches!(e, Error::TokenCost { cost } if cost.to_bits() == bad.to_bits()));
+    }
 }
 
 #[test]

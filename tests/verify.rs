@@ -12,8 +12,13 @@
 mod common;
 
 use common::Rng;
-use selfspec::verify::{greedy, greedy_next, sampled, Verdict};
+use selfspec::verify::{greedy, greedy_next, Verdict};
 use selfspec::Token;
+
+/// `verify::sampled` on rows it can use (every row here has mass).
+fn sampled<P: AsRef<[f32]>>(draft: &[Token], rows: &[P], uniform: impl FnMut() -> f64) -> Verdict {
+    selfspec::verify::sampled(draft, rows, uniform).expect("rows with mass")
+}
 
 #[test]
 fn greedy_matches_a_naive_loop() {
@@ -286,5 +291,41 @@ fn sampled_edge_cases() {
             n_accepted: 1,
             next_token: 0
         }
+    );
+}
+
+/// Rows that are not distributions give `None` rather than a token: the
+/// just-rejected one, or one of no probability, would not be distributed as
+/// the target's.
+#[test]
+fn sampled_refuses_rows_it_cannot_use() {
+    let none = |draft: &[Token], rows: &[&[f32]], u: f64| {
+        selfspec::verify::sampled(draft, rows, || u).is_none()
+    };
+    type Case = (&'static str, &'static [Token], &'static [&'static [f32]]);
+    let cases: [Case; 6] = [
+        ("no rows", &[1], &[]),
+        ("an empty row", &[], &[&[]]),
+        ("an all-zero row", &[], &[&[0.0, 0.0]]),
+        (
+            "mass only on the rejected token",
+            &[1],
+            &[&[0.0, 1e-9], &[0.5, 0.5]],
+        ),
+        ("a NaN row", &[], &[&[f32::NAN, 1.0]]),
+        ("negative mass only", &[], &[&[-1.0, -0.5]]),
+    ];
+    for (what, draft, rows) in cases {
+        // u = 0.99: the rejected token of the fourth case is rejected.
+        assert!(none(draft, rows, 0.99), "{what}");
+    }
+    // i32 ids as they are.
+    let rows: [&[f32]; 2] = [&[0.0, 1.0], &[1.0, 0.0]];
+    assert_eq!(
+        selfspec::verify::sampled(&[1i32], &rows, || 0.5),
+        Some(Verdict {
+            n_accepted: 1,
+            next_token: 0i32
+        })
     );
 }

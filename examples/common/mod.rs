@@ -17,13 +17,14 @@ use std::process::ExitCode;
 use selfspec::replay::Session;
 
 /// The embedded samples (real public data, Qwen3 tokenizer; see `examples/data/`).
-pub const SAMPLES: [(&str, &str); 3] = [
+pub const SAMPLES: [(&str, &str); 4] = [
     ("sample-chat", include_str!("../data/sample-chat.jsonl")),
     (
         "sample-code-edit",
         include_str!("../data/sample-code-edit.jsonl"),
     ),
     ("sample-code", include_str!("../data/sample-code.jsonl")),
+    ("sample-agent", include_str!("../data/sample-agent.jsonl")),
 ];
 
 /// The tools' standard output.
@@ -36,6 +37,8 @@ pub enum Failure {
     Quiet,
     /// A one-line message for stderr.
     Message(String),
+    /// `--help`: the text for stdout, exit status 0.
+    Help(&'static str),
 }
 
 /// The tools' result type.
@@ -48,6 +51,12 @@ impl From<io::Error> for Failure {
         } else {
             Failure::Message(format!("writing the output: {e}"))
         }
+    }
+}
+
+impl From<selfspec::replay::WorkloadError> for Failure {
+    fn from(e: selfspec::replay::WorkloadError) -> Failure {
+        Failure::Message(e.to_string())
     }
 }
 
@@ -74,6 +83,7 @@ impl fmt::Display for Failure {
         match self {
             Failure::Quiet => Ok(()),
             Failure::Message(m) => f.write_str(m),
+            Failure::Help(h) => f.write_str(h),
         }
     }
 }
@@ -88,6 +98,20 @@ pub fn main(name: &str, run: impl FnOnce(&mut Out) -> Result) -> ExitCode {
             // Nothing more reaches a closed pipe; do not try again on drop.
             let _ = out.into_parts();
             ExitCode::SUCCESS
+        }
+        Err(Failure::Help(text)) => {
+            let _ = out.into_parts();
+            let mut stdout = io::stdout().lock();
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+                    eprintln!("{name}: writing the output: {e}");
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::SUCCESS,
+            }
         }
         Err(Failure::Message(m)) => {
             let _ = out.into_parts();
@@ -133,9 +157,13 @@ pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
 pub const MAX_THREADS: usize = 1024;
 
 /// The arguments of a tool that takes positional ones only, at most `max`:
-/// an option (`-x`) or one argument too many is an error that shows `usage`.
-pub fn positional(usage: &str, max: usize) -> Result<Vec<String>> {
+/// an option (`-x`) or one argument too many is an error that shows `usage`;
+/// `--help` or `-h` shows `help`.
+pub fn positional(usage: &str, help: &'static str, max: usize) -> Result<Vec<String>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        return Err(Failure::Help(help));
+    }
     if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
         return Err(format!("unknown option `{flag}`; {usage}").into());
     }

@@ -6,46 +6,17 @@ use std::str::FromStr;
 
 use crate::{DraftLimits, Error};
 
-/// Largest key or value size (`n`, `m`) a strategy accepts.
-///
-/// llama.cpp stores them as `u16`; beyond a few dozen tokens no match is ever
-/// found, so the bound only keeps a typo from allocating or scanning absurdly.
-pub const MAX_NGRAM: usize = 1024;
-
-/// Largest `draft_max` accepted (llama.cpp passes accepted counts as `u16`).
-pub const MAX_DRAFT: usize = 4096;
-
-/// Largest ngram-mod pool, in cells (8 bytes each: 16 GiB).
-pub const MAX_POOL_SIZE: usize = 1 << 31;
-
-/// Checks a pool size against `1..=MAX_POOL_SIZE` (the one check of it, used
-/// by [`Config::validate`] and [`NgramPool::new`](crate::NgramPool::new));
-/// `context` names where the size came from.
-pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
-    check_range(context, "pool_size", size, 1, MAX_POOL_SIZE)
-}
-
-/// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
-pub const MAX_MIN_HITS: usize = 16380;
-
-/// llama.cpp's ngram-mod pool size: 4 Mi cells (32 MiB here: 8 bytes a cell).
-pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
-
-pub use crate::strategies::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
-
-/// Smallest [`Budget`](crate::Budget) part: 64 KiB (below it recall holds
-/// its minimum of 1024 tokens anyway).
-pub const MIN_BUDGET: usize = 64 << 10;
-
-/// Largest [`Budget`](crate::Budget) part: 64 GiB (recall holds at most
-/// 2^30 tokens).
-pub const MAX_BUDGET: usize = 64 << 30;
+pub(crate) use crate::limits::{check_pool_size, check_range};
+pub use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
+pub use crate::limits::{
+    DEFAULT_POOL_SIZE, MAX_BUDGET, MAX_DRAFT, MAX_MIN_HITS, MAX_NGRAM, MAX_POOL_SIZE, MIN_BUDGET,
+};
 
 /// recall's default threshold, in thousandths (0.13): the one default used by
 /// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
 /// `threshold_permille` is left out, and by [`Config::recommended`].
 #[deprecated(since = "0.2.0", note = "use `strategies::DEFAULT_THRESHOLD_PERMILLE`")]
-pub const RECALL_DEFAULT_PERMILLE: usize = crate::strategies::DEFAULT_THRESHOLD_PERMILLE;
+pub const RECALL_DEFAULT_PERMILLE: usize = crate::limits::DEFAULT_THRESHOLD_PERMILLE;
 
 /// One drafting strategy and its parameters.
 ///
@@ -206,7 +177,7 @@ const STRATEGIES: &[Row] = &[
         name: "recall",
         stats_name: "recall",
         default: || Strategy::Recall {
-            threshold_permille: crate::strategies::DEFAULT_THRESHOLD_PERMILLE,
+            threshold_permille: crate::limits::DEFAULT_THRESHOLD_PERMILLE,
         },
     },
 ];
@@ -422,28 +393,6 @@ pub(crate) fn strategy_names() -> String {
     Strategy::names().collect::<Vec<_>>().join(", ")
 }
 
-/// Checks `value` against `min..=max`: the one range check of the crate,
-/// whose error names the field and what is allowed.
-pub(crate) fn check_range(
-    context: &'static str,
-    field: &'static str,
-    value: usize,
-    min: usize,
-    max: usize,
-) -> Result<(), Error> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(Error::OutOfRange {
-            context,
-            field,
-            value,
-            min,
-            max,
-        })
-    }
-}
-
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
@@ -590,7 +539,7 @@ impl Config {
     #[must_use]
     pub fn recommended() -> Config {
         Config::new([Strategy::Recall {
-            threshold_permille: crate::strategies::DEFAULT_THRESHOLD_PERMILLE,
+            threshold_permille: crate::limits::DEFAULT_THRESHOLD_PERMILLE,
         }])
     }
 

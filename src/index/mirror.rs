@@ -19,7 +19,7 @@
 
 use std::ops::Deref;
 
-use crate::drafter::Token;
+use crate::token::Token;
 
 /// How many trailing tokens of the copy are compared to decide that a
 /// sequence only grew.

@@ -8,7 +8,7 @@ pub(crate) mod mirror;
 pub(crate) mod poly;
 pub(crate) mod position_index;
 
-use crate::drafter::Token;
+use crate::token::Token;
 
 /// The one `u32` sentinel: no position / no entry / empty cell / unused key
 /// slot, by context. It is llama.cpp's `-1` as a `u32` (ngram-mod's `EMPTY`,

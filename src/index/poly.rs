@@ -6,7 +6,7 @@
 //! current one in O(1) instead of O(n): same values, a fraction of the cost.
 //! The 32-bit LCG of ngram-map is the low half of the same 64-bit computation.
 
-use crate::drafter::Token;
+use crate::token::Token;
 
 /// Widens a token as llama.cpp widens its `i32` ids (sign extension); the low
 /// 32 bits are the id itself, so 32-bit hashes are unaffected.

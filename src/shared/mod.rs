@@ -5,9 +5,10 @@ mod file;
 
 use std::sync::{Arc, Mutex};
 
-use crate::config::{check_range, Config, MAX_BUDGET, MIN_BUDGET};
+use crate::config::Config;
+use crate::limits::{check_range, MAX_BUDGET, MIN_BUDGET};
+use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 use crate::strategies::{NgramPool, RecallMemory};
-use crate::strategies::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 use crate::sync;
 use crate::Error;
 
@@ -66,10 +67,10 @@ pub struct Shared {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Budget {
     /// recall's engine-wide memory of earlier requests: default 256 MiB
-    /// ([`DEFAULT_MEMORY_BUDGET`]), 2 Mi tokens.
+    /// ([`DEFAULT_MEMORY_BUDGET`](crate::config::DEFAULT_MEMORY_BUDGET)), 2 Mi tokens.
     pub memory: usize,
     /// recall's per-sequence index of the current session: default 64 MiB
-    /// ([`DEFAULT_SEQUENCE_BUDGET`]), 512 Ki tokens.
+    /// ([`DEFAULT_SEQUENCE_BUDGET`](crate::config::DEFAULT_SEQUENCE_BUDGET)), 512 Ki tokens.
     pub sequence: usize,
 }
 

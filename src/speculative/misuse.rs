@@ -2,7 +2,7 @@
 //! `accept` imply for the next history, and the two mistakes reported.
 
 use super::Speculative;
-use crate::drafter::Token;
+use crate::token::Token;
 
 /// The shape of the previous `draft` call (or of `begin`'s prompt), from
 /// which the next history's length and tail follow.

@@ -2,7 +2,7 @@
 //! engines whose ids are `i32` or that hold no `&[u32]` history.
 
 use super::Speculative;
-use crate::drafter::{IntoToken, Token};
+use crate::token::{IntoToken, Token};
 
 impl Speculative {
     /// A new request starts with `prompt`, and this instance keeps the

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::poly::Poly;
 use crate::index::position_index::PositionIndex;
 use crate::index::{key_at, low32, Idx};
+use crate::token::Token;
 
 /// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
 pub const KEY_MAP_SIZE: usize = 1 << 18;

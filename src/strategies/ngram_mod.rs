@@ -4,10 +4,11 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::config::check_pool_size;
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::low32;
 use crate::index::poly::Poly;
+use crate::limits::check_pool_size;
+use crate::token::Token;
 use crate::Error;
 
 /// The empty-cell marker: llama.cpp's `EMPTY = -1` as a `u32`.
@@ -27,9 +28,10 @@ const LCG_FACTOR: u64 = 6_364_136_223_846_793_005;
 /// The ngram-mod pool: `size` cells mapping the hash of an n-gram to the token
 /// that last followed it, shared by every ngram-mod drafter of an engine.
 ///
-/// `Send + Sync`: share it through an [`Arc`] among the per-sequence
-/// [`Speculative`](crate::Speculative)s of an engine
-/// ([`Speculative::with_pool`](crate::Speculative::with_pool)). Cells are relaxed
+/// `Send + Sync`: a [`Shared`](crate::Shared) holds one, which every
+/// ngram-mod drafter built on it with
+/// [`Speculative::with_shared`](crate::Speculative::with_shared) uses; a
+/// custom chain shares one through an [`Arc`] ([`NgramMod::new`]). Cells are relaxed
 /// atomics and no lock is taken: a race between two sequences can only lose or
 /// swap an entry, which costs draft quality, never correctness of the engine's
 /// output (every draft is verified). Used from one thread, it behaves exactly

@@ -1,8 +1,9 @@
 //! ngram-simple: copy what followed the most recent earlier occurrence of the key.
 
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::key_at;
 use crate::index::position_index::PositionIndex;
+use crate::token::Token;
 
 /// llama.cpp's `ngram-simple` drafter.
 ///

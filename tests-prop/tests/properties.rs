@@ -21,7 +21,7 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 use selfspec::Strategy as S;
-use selfspec::{Budget, Config, Shared, Speculative, Token};
+use selfspec::{Budget, Config, IntoToken, Shared, Speculative, Token};
 
 fn strategy() -> impl proptest::strategy::Strategy<Value = S> {
     prop_oneof![
@@ -265,7 +265,7 @@ proptest! {
     ) {
         // The smallest budget, so that the engine-wide memory wraps.
         let budget = Budget { memory: 64 << 10, sequence: 64 << 10 };
-        let mut shared = Shared::with_budget(&config, budget).unwrap();
+        let mut shared = Shared::builder().budget(budget).build(&config).unwrap();
         let mut specs: Vec<Speculative> = sequences
             .iter()
             .map(|_| Speculative::with_shared(&config, &shared).unwrap())
@@ -334,7 +334,7 @@ proptest! {
                     Op::Fresh => *spec = Speculative::with_shared(&config, &shared).unwrap(),
                     Op::SaveLoad => {
                         let bytes = shared.to_bytes();
-                        shared = Shared::from_bytes_with_budget(&config, budget, "chaos", &bytes).unwrap();
+                        shared = Shared::builder().budget(budget).build_from_bytes(&config, "chaos", &bytes).unwrap();
                         prop_assert_eq!(shared.to_bytes(), bytes);
                         for spec in specs.iter_mut() {
                             *spec = Speculative::with_shared(&config, &shared).unwrap();
@@ -420,7 +420,7 @@ proptest! {
                     let h: Vec<Token> = history.iter().map(|&id| as_token(id)).collect();
                     let a = slice_api.draft(&h, as_token(last)).to_vec();
                     let b = owned_api.draft_next(last).to_vec();
-                    prop_assert_eq!(&a, &b);
+                    prop_assert_eq!(a.iter().map(|&t| i32::from_token(t)).collect::<Vec<i32>>(), b);
                     slice_api.accept(accepted);
                     owned_api.accept(accepted);
                     history.push(last);

@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "replay")]
 use selfspec::replay::Session;
 use selfspec::{DraftLimits, Drafter, Strategy, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
-#[cfg(feature = "serde")]
+#[cfg(feature = "replay")]
 pub fn load_workload(path: impl AsRef<Path>) -> Vec<Session> {
     selfspec::replay::read_workload(path).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -78,6 +79,7 @@ impl Rng {
 }
 
 /// Drives one drafter through `sessions` (begin, then steps on the output).
+#[cfg(feature = "replay")]
 pub fn drive(d: &mut dyn Drafter, sessions: &[Session]) -> usize {
     let mut max_history = 0;
     let mut draft = Vec::new();

@@ -112,7 +112,7 @@ pub fn chaos(data: &[u8]) {
         memory: 64 << 10,
         sequence: 64 << 10,
     };
-    let mut shared = Shared::with_budget(&config, budget).unwrap();
+    let mut shared = Shared::builder().budget(budget).build(&config).unwrap();
     let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
     let mut specs = [
         Speculative::with_shared(&config, &shared).unwrap(),
@@ -177,7 +177,10 @@ pub fn chaos(data: &[u8]) {
             8 => *spec = Speculative::with_shared(&config, &shared).unwrap(),
             _ => {
                 let bytes = shared.to_bytes();
-                shared = Shared::from_bytes_with_budget(&config, budget, "chaos", &bytes).unwrap();
+                shared = Shared::builder()
+                    .budget(budget)
+                    .build_from_bytes(&config, "chaos", &bytes)
+                    .unwrap();
                 assert_eq!(shared.to_bytes(), bytes);
                 for spec in specs.iter_mut() {
                     *spec = Speculative::with_shared(&config, &shared).unwrap();
@@ -306,7 +309,7 @@ pub fn load(data: &[u8]) {
             file
         }
     };
-    match Shared::from_bytes(&config, "fuzz", &bytes) {
+    match Shared::builder().build_from_bytes(&config, "fuzz", &bytes) {
         Ok(shared) => {
             let mut spec = Speculative::with_shared(&config, &shared).unwrap();
             spec.begin(&[1, 2, 3]);
@@ -314,7 +317,7 @@ pub fn load(data: &[u8]) {
             let _ = shared.heap_bytes();
             // What loads saves and loads again.
             let again = shared.to_bytes();
-            if let Err(e) = Shared::from_bytes(&config, "again", &again) {
+            if let Err(e) = Shared::builder().build_from_bytes(&config, "again", &again) {
                 panic!("a loaded memory's own file does not load: {e}");
             }
         }

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use super::table::{LookupCache, INDEXED_PART};
 use super::{hash_of, key_of, Fast, NGRAM_SIZES};
-use crate::drafter::Token;
 use crate::index::Idx;
+use crate::token::Token;
 
 /// Runs of at least this many positions are learned in bulk
 /// (`LookupCache::update_bulk`).

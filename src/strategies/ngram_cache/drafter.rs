@@ -5,8 +5,9 @@ use std::path::Path;
 use super::followers::PartRef;
 use super::table::{LookupCache, Recent, INDEXED_PART};
 use super::{key_of, Key, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT, UNUSED};
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::mirror::Mirror;
+use crate::token::Token;
 use crate::Error;
 
 /// Minimum sample sizes and winner percentages per n-gram size 1..4.

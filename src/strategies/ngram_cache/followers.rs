@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 
 use super::table::{LookupCache, More, INDEXED_PART};
 use super::Fast;
-use crate::drafter::Token;
 use crate::index::Idx;
+use crate::token::Token;
 
 /// The followers of an n-gram with two or more, in insertion order with
 /// their counts, and the current winner by count (ties: the newest), kept

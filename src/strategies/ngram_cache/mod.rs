@@ -10,8 +10,8 @@
 
 use std::hash::BuildHasherDefault;
 
-use crate::drafter::Token;
 use crate::index::NONE;
+use crate::token::Token;
 
 /// Smallest and largest n-gram sizes of the context and dynamic caches
 /// (llama.cpp's `LLAMA_NGRAM_MIN` / `LLAMA_NGRAM_MAX`).

@@ -4,8 +4,8 @@ use hashbrown::hash_table::{self, HashTable};
 
 use super::followers::{FollowerIndex, Part, PartRef};
 use super::{hash_of, key_of, table_of, Key, NGRAM_SIZES, UNUSED};
-use crate::drafter::Token;
 use crate::index::{Idx, Roomy, NONE};
+use crate::token::Token;
 
 /// Where an n-gram's followers are (`Ngram::more`): inline (its only
 /// follower), or in a part of `LookupCache::multi`, flagged *big* once the

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use super::drafter::{winner, NgramCache};
 use super::table::{LookupCache, Recent, INDEXED_PART};
 use super::{hash_of, key_of, Key, NGRAM_SIZES};
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Idx;
+use crate::token::Token;
 use crate::Error;
 
 /// A one-key cache with `followers` added in order, and that key.

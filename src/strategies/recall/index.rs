@@ -6,9 +6,9 @@
 //! cells, many readers, one writer at a time). The walks over them are
 //! written once, here.
 
-use crate::drafter::Token;
 use crate::index::poly::Poly;
 use crate::index::Roomy;
+use crate::token::Token;
 
 /// Context orders indexed, longest last.
 pub(super) const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];

@@ -21,8 +21,8 @@
 //! `tests/loom.rs` model-checks that a reader never sees a published
 //! position without its token and links.
 
-use crate::drafter::Token;
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
+use crate::token::Token;
 
 use super::calibrate::{Calibration, CELLS};
 use super::index::{ix, tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
@@ -136,7 +136,7 @@ impl RunContext {
 
 /// The writer's side: one at a time, behind a mutex.
 #[derive(Debug)]
-struct Writer {
+pub(super) struct Writer {
     hasher: Hasher,
     /// Hashes of the contexts ending at the end.
     rolling: [u64; K],
@@ -343,6 +343,12 @@ impl RecallMemory {
     /// a draft never waits for the indexing of a long request; and the
     /// buckets do not grow here (re-chaining the whole memory would stall
     /// the draft), only at the next plain append.
+    /// Holds the writer lock, as another thread's append would.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn hold_writer(&self) -> crate::sync::MutexGuard<'_, Writer> {
+        lock(&self.writer)
+    }
+
     pub(super) fn try_append_after(&self, context: &[Token], tokens: &[Token]) -> Option<u64> {
         if tokens.is_empty() {
             return Some(self.end.load(Ordering::Acquire));

@@ -20,9 +20,10 @@ pub use memory::{RecallMemory, RunContext};
 /// The context orders, as saved in memory files.
 pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
 
-use crate::drafter::{DraftLimits, Drafter, Token};
+use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Roomy;
 use crate::sync::{lock, Arc};
+use crate::token::Token;
 
 use calibrate::{m_bucket, Cell};
 use choose::{Choice, Work};
@@ -87,14 +88,8 @@ const INFLIGHT_MAX: u64 = 256;
 /// engine-wide weights (and back).
 const SYNC_EVERY: u32 = 4;
 
-/// The default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
-/// 84 bytes each (budgets are rounded down to a power of two of tokens).
-pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
-/// The default per-sequence budget: 64 MiB, 512 Ki tokens of the current
-/// session (a longer one keeps its most recent part).
-pub const DEFAULT_SEQUENCE_BUDGET: usize = 64 << 20;
-/// The default stop threshold in thousandths (0.13).
-pub const DEFAULT_THRESHOLD_PERMILLE: usize = 130;
+pub use crate::limits::DEFAULT_THRESHOLD_PERMILLE;
+use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 
 /// The selector's weights as every sequence learned them (behind a mutex in
 /// the memory; each drafter keeps a copy and its own steps since, merged
@@ -207,7 +202,7 @@ pub struct Recall {
 }
 
 impl Recall {
-    /// A drafter with a private memory of [`DEFAULT_MEMORY_BUDGET`] that
+    /// A drafter with a private memory of [`DEFAULT_MEMORY_BUDGET`](crate::config::DEFAULT_MEMORY_BUDGET) that
     /// stops where the estimated probability that the whole draft is
     /// accepted falls below `threshold` (clamped to 0.001..=0.999; NaN gives
     /// 0.13). Does not validate: [`Strategy::validate`](crate::Strategy::validate)

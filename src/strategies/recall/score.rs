@@ -2,7 +2,7 @@
 //! candidate token, learned online by softmax regression from the tokens the
 //! target chose.
 
-use crate::drafter::Token;
+use crate::token::Token;
 
 /// Step size of the online selector.
 const LEARNING_RATE: f64 = 0.1;

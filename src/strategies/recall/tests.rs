@@ -89,3 +89,54 @@ fn memory_scan_finds_what_a_token_by_token_walk_finds() {
         }
     }
 }
+
+/// A drop never waits for the writer lock: with another writer at work it
+/// publishes nothing; `end_request` publishes, and a private memory's
+/// drafter publishes only at a request's end (nothing in flight).
+#[test]
+fn drop_never_waits_and_end_request_publishes() {
+    let memory = Arc::new(RecallMemory::new(1 << 20));
+    let text: Vec<Token> = (0u32..300).map(|i| i * 7919 % 1000).collect();
+    let engine_wide =
+        |memory: &Arc<RecallMemory>| Recall::with_memory(0.13, Arc::clone(memory), 1 << 20, true);
+    // Held lock: the drop returns (same thread: a blocking lock would
+    // deadlock) and the memory has nothing new.
+    let mut r = engine_wide(&memory);
+    r.begin(&text);
+    let before = memory.appended();
+    {
+        let _held = memory.hold_writer();
+        drop(r);
+    }
+    assert_eq!(memory.appended(), before);
+    // Free lock: a drop publishes what is left.
+    let mut r = engine_wide(&memory);
+    r.begin(&text);
+    drop(r);
+    assert!(memory.appended() > before);
+    // end_request publishes, once.
+    let mut r = engine_wide(&memory);
+    let more: Vec<Token> = (0u32..200).map(|i| i * 31 % 997 + 2000).collect();
+    r.begin(&more);
+    let before = memory.appended();
+    r.end_request();
+    let after = memory.appended();
+    assert!(after > before);
+    r.end_request();
+    drop(r);
+    assert_eq!(memory.appended(), after);
+    // A private memory: nothing published in flight.
+    let private = Arc::new(RecallMemory::new(1 << 20));
+    let mut r = Recall::with_memory(0.13, Arc::clone(&private), 1 << 20, false);
+    r.begin(&text[..10]);
+    let mut history = text[..10].to_vec();
+    let mut out = Vec::new();
+    for &t in &text[10..200] {
+        out.clear();
+        r.draft(&history, t, DraftLimits::default(), &mut out);
+        history.push(t);
+    }
+    assert_eq!(private.appended(), 0);
+    r.end_request();
+    assert!(private.appended() >= 190);
+}

@@ -1,0 +1,71 @@
+//! The crate's limits: the largest and smallest sizes it accepts, the
+//! defaults they bound, and the one range check behind every validation.
+
+use crate::Error;
+
+/// recall's default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
+/// 84 bytes each (budgets are rounded down to a power of two of tokens).
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
+/// recall's default per-sequence budget: 64 MiB, 512 Ki tokens of the current
+/// session (a longer one keeps its most recent part).
+pub const DEFAULT_SEQUENCE_BUDGET: usize = 64 << 20;
+/// recall's default stop threshold in thousandths (0.13): the one default
+/// used by `"recall"` ([`Strategy::from_name`](crate::Strategy::from_name)),
+/// by serde when `threshold_permille` is left out, and by
+/// [`Config::recommended`](crate::Config::recommended).
+pub const DEFAULT_THRESHOLD_PERMILLE: usize = 130;
+
+/// Largest key or value size (`n`, `m`) a strategy accepts.
+///
+/// llama.cpp stores them as `u16`; beyond a few dozen tokens no match is ever
+/// found, so the bound only keeps a typo from allocating or scanning absurdly.
+pub const MAX_NGRAM: usize = 1024;
+
+/// Largest `draft_max` accepted (llama.cpp passes accepted counts as `u16`).
+pub const MAX_DRAFT: usize = 4096;
+
+/// Largest ngram-mod pool, in cells (8 bytes each: 16 GiB).
+pub const MAX_POOL_SIZE: usize = 1 << 31;
+
+/// Checks a pool size against `1..=MAX_POOL_SIZE` (the one check of it, used
+/// by [`Config::validate`](crate::Config::validate) and [`NgramPool::new`](crate::NgramPool::new));
+/// `context` names where the size came from.
+pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
+    check_range(context, "pool_size", size, 1, MAX_POOL_SIZE)
+}
+
+/// Largest useful `min_hits` (llama.cpp's key counters saturate at 16380).
+pub const MAX_MIN_HITS: usize = 16380;
+
+/// llama.cpp's ngram-mod pool size: 4 Mi cells (32 MiB here: 8 bytes a cell).
+pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
+
+/// Smallest [`Budget`](crate::Budget) part: 64 KiB (below it recall holds
+/// its minimum of 1024 tokens anyway).
+pub const MIN_BUDGET: usize = 64 << 10;
+
+/// Largest [`Budget`](crate::Budget) part: 64 GiB (recall holds at most
+/// 2^30 tokens).
+pub const MAX_BUDGET: usize = 64 << 30;
+
+/// Checks `value` against `min..=max`: the one range check of the crate,
+/// whose error names the field and what is allowed.
+pub(crate) fn check_range(
+    context: &'static str,
+    field: &'static str,
+    value: usize,
+    min: usize,
+    max: usize,
+) -> Result<(), Error> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange {
+            context,
+            field,
+            value,
+            min,
+            max,
+        })
+    }
+}

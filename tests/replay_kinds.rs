@@ -1,0 +1,56 @@
+//! A mixed workload's per-kind figures add up to the replay's, in every
+//! engine mode, and match the kinds' sessions.
+
+mod common;
+
+use selfspec::replay::{replay, replay_engine, Engine, Request, Session};
+use selfspec::{Config, Shared, Speculative};
+
+fn mixed() -> Vec<Session> {
+    let mut rng = common::Rng(41);
+    (0..24)
+        .map(|i| {
+            let kind = ["chat", "code", "edit"][i % 3];
+            let text = rng.text(600, 400);
+            let (prompt, output) = text.split_at(200 + (i % 5) * 30);
+            Session::new(
+                format!("s{i}"),
+                kind,
+                vec![Request::new(prompt.to_vec(), output.to_vec())],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn kinds_add_up_to_the_whole() {
+    let sessions = mixed();
+    let config = Config::recommended();
+    let seq = replay(&mut Speculative::new(&config).unwrap(), &sessions);
+    let engines = [Engine::slots(8), Engine::fresh(8)];
+    let mut reports = vec![seq];
+    for engine in engines {
+        reports.push(
+            replay_engine(&config, &Shared::new(&config).unwrap(), &sessions, engine).unwrap(),
+        );
+    }
+    for r in &reports {
+        let kinds: Vec<&str> = r.kinds.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(kinds, ["chat", "code", "edit"]);
+        let sum = |f: fn(&selfspec::replay::KindFigures) -> u64| r.kinds.iter().map(f).sum::<u64>();
+        assert_eq!(sum(|k| k.tokens), r.tokens);
+        assert_eq!(sum(|k| k.steps), r.steps);
+        assert_eq!(sum(|k| k.drafted), r.drafted);
+        assert_eq!(sum(|k| k.accepted), r.accepted);
+        for k in &r.kinds {
+            let want: u64 = sessions
+                .iter()
+                .filter(|s| s.kind == k.kind)
+                .flat_map(|s| &s.requests)
+                .map(|q| q.output.len() as u64)
+                .sum();
+            assert_eq!(k.tokens, want, "{}", k.kind);
+            assert!(k.tau() >= 1.0 && k.acceptance() <= 1.0);
+        }
+    }
+}
