@@ -6,6 +6,9 @@ use crate::Error;
 /// recall's default engine-wide memory budget: 256 MiB, that is 2 Mi tokens at
 /// 84 bytes each (budgets are rounded down to a power of two of tokens).
 pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
+/// The default budget of all scopes of an engine together: 1 GiB (four
+/// default scopes).
+pub const DEFAULT_ENGINE_BUDGET: usize = 1 << 30;
 /// recall's default per-sequence budget: 64 MiB, 512 Ki tokens of the current
 /// session (a longer one keeps its most recent part).
 pub const DEFAULT_SEQUENCE_BUDGET: usize = 64 << 20;

@@ -130,6 +130,7 @@ fn warm_recall_on_a_full_memory_does_not_allocate() {
         let budget = Budget {
             memory: 4 << 20,
             sequence: 4 << 20,
+            ..Budget::default()
         };
         let shared = Shared::builder().budget(budget).build(&config).unwrap();
         let mut spec = Speculative::with_shared(&config, &shared).unwrap();

@@ -151,6 +151,7 @@ fn ten_thousand_unrelated_sessions_stay_within_the_budget() -> Result<(), Error>
     let budget = Budget {
         memory: 1 << 20,
         sequence: 1 << 20,
+        ..Budget::default()
     };
     let shared = Shared::builder().budget(budget).build(&config)?;
     let mut slot = Speculative::with_shared(&config, &shared)?;

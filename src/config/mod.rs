@@ -7,7 +7,7 @@ use std::str::FromStr;
 use crate::{DraftLimits, Error};
 
 pub(crate) use crate::limits::{check_pool_size, check_range};
-pub use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
+pub use crate::limits::{DEFAULT_ENGINE_BUDGET, DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 pub use crate::limits::{
     DEFAULT_POOL_SIZE, MAX_BUDGET, MAX_DRAFT, MAX_MIN_HITS, MAX_NGRAM, MAX_POOL_SIZE, MIN_BUDGET,
 };

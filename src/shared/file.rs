@@ -29,6 +29,9 @@ use crate::Error;
 use crate::Token;
 
 const MAGIC: &[u8; 8] = b"SELFSPEC";
+/// A file of several scopes: each scope's single-scope file, named.
+const SCOPES_MAGIC: &[u8; 8] = b"SELFSCOP";
+const SCOPES_VERSION: u32 = 1;
 /// The format version this build reads and writes.
 pub const VERSION: u32 = 1;
 const HEADER: usize = 112;
@@ -113,12 +116,39 @@ impl Shared {
         })
     }
 
-    /// The memory file's bytes (what [`save`](Shared::save) writes), for
-    /// an engine that stores them elsewhere;
+    /// The memory file's bytes (what [`save`](Shared::save) writes: every
+    /// scope of the engine), for an engine that stores them elsewhere;
     /// [`SharedBuilder::build_from_bytes`](super::SharedBuilder::build_from_bytes)
     /// reads them back.
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
+        let scopes = self.every_scope();
+        if scopes.len() == 1 {
+            return scopes[0].scope_bytes();
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(SCOPES_MAGIC);
+        out.extend_from_slice(&SCOPES_VERSION.to_le_bytes());
+        out.extend_from_slice(
+            &u32::try_from(scopes.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
+        for scope in &scopes {
+            let name = scope.scope_name().as_bytes();
+            let blob = scope.scope_bytes();
+            out.extend_from_slice(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
+            out.extend_from_slice(name);
+            out.extend_from_slice(&(blob.len() as u64).to_le_bytes());
+            out.extend_from_slice(&blob);
+        }
+        let checksum = fnv1a(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// One scope's memory file (the single-scope format).
+    fn scope_bytes(&self) -> Vec<u8> {
         let recall = self.existing_recall_memory();
         let pool = self.existing_pool();
         let learned = recall
@@ -355,7 +385,26 @@ impl Header {
 }
 
 impl Shared {
+    /// Restores a memory file of one scope (into this handle's scope) or
+    /// of several (into the scopes of their names); every part is checked
+    /// before anything is restored.
     pub(super) fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+        if !bytes.starts_with(SCOPES_MAGIC) {
+            return self.restore_scope(config, path, bytes);
+        }
+        let parts = scope_parts(path, bytes)?;
+        for &(_, at, blob) in &parts {
+            Header::read(config, path, blob).map_err(|e| shift(e, at))?;
+        }
+        for (name, at, blob) in parts {
+            self.scope_named(name)
+                .restore_scope(config, path, blob)
+                .map_err(|e| shift(e, at))?;
+        }
+        Ok(())
+    }
+
+    fn restore_scope(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
         let fail = |offset: usize, problem| error(path, offset as u64, problem);
         let header = Header::read(config, path, bytes)?;
         let Header {
@@ -432,5 +481,102 @@ impl Shared {
             );
         }
         Ok(())
+    }
+}
+
+/// One scope in a scope file: its name, where its file starts, its file.
+type ScopePart<'a> = (&'a str, u64, &'a [u8]);
+
+/// A scope file's parts: each scope's name, where its file starts, and its
+/// file; the container's sizes and checksum checked.
+fn scope_parts<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopePart<'a>>, Error> {
+    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    let truncated = |at: usize| {
+        fail(
+            at,
+            Problem::Truncated {
+                expected: at as u64 + 8,
+                found: bytes.len() as u64,
+            },
+        )
+    };
+    if bytes.len() < 24 {
+        return Err(truncated(bytes.len()));
+    }
+    let body = bytes.len() - 8;
+    let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
+    let computed = fnv1a(&bytes[..body]);
+    if stored != computed {
+        return Err(fail(body, Problem::Checksum { stored, computed }));
+    }
+    let mut r = Reader {
+        bytes: &bytes[..body],
+        at: 8,
+    };
+    let version = r.u32().unwrap_or(0);
+    if version != SCOPES_VERSION {
+        return Err(fail(
+            8,
+            Problem::Version {
+                found: version,
+                supported: SCOPES_VERSION,
+            },
+        ));
+    }
+    let count = r.u32().unwrap_or(0);
+    let mut parts = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    for _ in 0..count {
+        let at = r.at;
+        let len = r.u32().ok_or_else(|| truncated(at))? as usize;
+        let name = r
+            .bytes
+            .get(r.at..r.at.saturating_add(len))
+            .ok_or_else(|| truncated(r.at))?;
+        let name = std::str::from_utf8(name).map_err(|_| {
+            fail(
+                r.at,
+                Problem::Corrupt {
+                    what: "a scope name that is not UTF-8",
+                },
+            )
+        })?;
+        if names.contains(&name) {
+            let what = "a scope saved twice";
+            return Err(fail(r.at, Problem::Corrupt { what }));
+        }
+        names.push(name);
+        r.at += len;
+        let blob_len = r.u64().ok_or_else(|| truncated(r.at))?;
+        let blob_len = usize::try_from(blob_len).map_err(|_| truncated(r.at))?;
+        let start = r.at;
+        let blob = r
+            .bytes
+            .get(start..start.saturating_add(blob_len))
+            .ok_or_else(|| truncated(start))?;
+        r.at += blob_len;
+        parts.push((name, start as u64, blob));
+    }
+    if r.at != body {
+        let what = "bytes after the last scope";
+        return Err(fail(r.at, Problem::Corrupt { what }));
+    }
+    Ok(parts)
+}
+
+/// An error of a scope's file inside a scope file: its offset counted from
+/// the start of the whole file.
+fn shift(e: Error, by: u64) -> Error {
+    match e {
+        Error::MemoryFile {
+            path,
+            offset,
+            problem,
+        } => Error::MemoryFile {
+            path,
+            offset: offset.saturating_add(by),
+            problem,
+        },
+        other => other,
     }
 }

@@ -3,6 +3,7 @@
 
 mod file;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
@@ -44,6 +45,7 @@ use crate::Error;
 #[derive(Clone, Debug)]
 pub struct Shared {
     inner: Arc<Inner>,
+    scope: Arc<Scope>,
 }
 
 /// How much memory recall may hold: the engine-wide memory and each
@@ -72,6 +74,18 @@ pub struct Budget {
     /// recall's per-sequence index of the current session: default 64 MiB
     /// ([`DEFAULT_SEQUENCE_BUDGET`](crate::config::DEFAULT_SEQUENCE_BUDGET)), 512 Ki tokens.
     pub sequence: usize,
+    /// All [scopes](Shared::scope) together (each holds at most `memory`):
+    /// default 1 GiB ([`DEFAULT_ENGINE_BUDGET`](crate::config::DEFAULT_ENGINE_BUDGET)).
+    /// Above it, whole scopes are forgotten, least recently used first
+    /// (never the default scope): checked whenever a scope is asked for
+    /// ([`Shared::scope`]) or a drafter is built on one.
+    #[cfg_attr(feature = "serde", serde(default = "default_engine_budget"))]
+    pub engine: usize,
+}
+
+#[cfg(feature = "serde")]
+fn default_engine_budget() -> usize {
+    crate::limits::DEFAULT_ENGINE_BUDGET
 }
 
 impl Default for Budget {
@@ -79,19 +93,21 @@ impl Default for Budget {
         Budget {
             memory: DEFAULT_MEMORY_BUDGET,
             sequence: DEFAULT_SEQUENCE_BUDGET,
+            engine: crate::limits::DEFAULT_ENGINE_BUDGET,
         }
     }
 }
 
 impl Budget {
-    /// Checks both parts against [`MIN_BUDGET`]`..=`[`MAX_BUDGET`].
+    /// Checks every part against [`MIN_BUDGET`]`..=`[`MAX_BUDGET`].
     ///
     /// # Errors
     ///
     /// [`Error::OutOfRange`] naming the part and the allowed range.
     pub fn validate(&self) -> Result<(), Error> {
         check_range("budget", "memory", self.memory, MIN_BUDGET, MAX_BUDGET)?;
-        check_range("budget", "sequence", self.sequence, MIN_BUDGET, MAX_BUDGET)
+        check_range("budget", "sequence", self.sequence, MIN_BUDGET, MAX_BUDGET)?;
+        check_range("budget", "engine", self.engine, MIN_BUDGET, MAX_BUDGET)
     }
 }
 
@@ -99,8 +115,40 @@ impl Budget {
 struct Inner {
     pool_size: usize,
     budget: Budget,
+    /// The default scope (`""`).
+    root: Arc<Scope>,
+    /// Every scope but the default one, in no particular order.
+    scopes: Mutex<Vec<Arc<Scope>>>,
+    /// Ticks of scope use, for least-recently-used forgetting.
+    clock: AtomicU64,
+}
+
+/// One tenant's learned state: what its drafters read and feed, and
+/// nothing of any other scope's.
+#[derive(Debug)]
+struct Scope {
+    name: Box<str>,
     pool: Mutex<Option<Arc<NgramPool>>>,
     recall: Mutex<Option<sync::Arc<RecallMemory>>>,
+    /// The engine's clock when this scope was last asked for.
+    used: AtomicU64,
+}
+
+impl Scope {
+    fn new(name: &str) -> Scope {
+        Scope {
+            name: name.into(),
+            pool: Mutex::new(None),
+            recall: Mutex::new(None),
+            used: AtomicU64::new(0),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
+        pool.as_ref().map_or(0, |p| p.size_bytes()) + recall.as_ref().map_or(0, |m| m.heap_bytes())
+    }
 }
 
 /// How to build a [`Shared`]: the budget, and a memory file to start from.
@@ -236,13 +284,151 @@ impl Shared {
     }
 
     fn with_parts(config: &Config, budget: Budget) -> Shared {
+        let root = Arc::new(Scope::new(""));
         Shared {
             inner: Arc::new(Inner {
                 pool_size: config.pool_size,
                 budget,
-                pool: Mutex::new(None),
-                recall: Mutex::new(None),
+                root: Arc::clone(&root),
+                scopes: Mutex::new(Vec::new()),
+                clock: AtomicU64::new(0),
             }),
+            scope: root,
+        }
+    }
+
+    /// A handle on the scope `name` of this engine: drafters built on it
+    /// (`Speculative::with_shared(&config, &shared.scope("tenant-a"))`)
+    /// draft only from tokens seen in that scope, recall's memory and
+    /// ngram-mod's pool alike, never from another scope's. The scope is
+    /// made on first use; `""` is the default scope, the one
+    /// [`Shared::new`] returns.
+    ///
+    /// # Security
+    ///
+    /// Whatever a memory holds is a side channel between the requests that
+    /// share it: a draft is only a guess that the target verifies, but how
+    /// many tokens are accepted shows in each step's latency and in
+    /// streaming chunk sizes, so a client can tell whether text it guesses
+    /// was seen before ("When Speculation Spills Secrets", Wei et al. 2024,
+    /// arXiv 2411.01076, fingerprints queries and leaks a retrieval
+    /// drafter's datastore that way). A scope isolates recall's memory,
+    /// its stop rule's calibration and selector weights, and ngram-mod's
+    /// pool: nothing learned in one scope changes another's drafts. It does
+    /// not isolate the target model's own KV or prefix caches (the
+    /// engine's business) or the timing of the shared CPU. On a
+    /// multi-tenant server, use one scope per tenant, or per user where
+    /// users must not learn from each other.
+    ///
+    /// Each scope holds at most [`Budget::memory`]; all together at most
+    /// [`Budget::engine`], above which whole scopes are forgotten, least
+    /// recently used first (checked here and whenever a drafter is built
+    /// on a scope; the default scope is never forgotten). A forgotten or
+    /// [dropped](Shared::drop_scope) scope's handles keep working on a
+    /// memory no longer part of the engine (not saved, not counted): ask
+    /// for the scope per request.
+    ///
+    /// ```
+    /// use selfspec::{Config, Shared, Speculative};
+    ///
+    /// let config = Config::recommended();
+    /// let shared = Shared::new(&config)?;
+    /// let secret: Vec<u32> = (0..300).map(|i| i * 7919 % 1000).collect();
+    /// let mut a = Speculative::with_shared(&config, &shared.scope("tenant-a"))?;
+    /// a.begin(&secret);
+    /// a.end_request();
+    /// // Another tenant's drafter has never seen it.
+    /// let mut b = Speculative::with_shared(&config, &shared.scope("tenant-b"))?;
+    /// b.begin(&secret[..20]);
+    /// assert!(b.draft(&secret[..20], secret[20]).is_empty());
+    /// // The same tenant's next request drafts from it.
+    /// let mut a2 = Speculative::with_shared(&config, &shared.scope("tenant-a"))?;
+    /// a2.begin(&secret[..20]);
+    /// assert_eq!(a2.draft(&secret[..20], secret[20]).first(), Some(&secret[21]));
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    #[must_use]
+    pub fn scope(&self, name: &str) -> Shared {
+        let handle = self.scope_named(name);
+        handle.enforce_engine_budget();
+        handle
+    }
+
+    fn scope_named(&self, name: &str) -> Shared {
+        let tick = self.inner.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        if name.is_empty() {
+            let root = self.root();
+            root.scope.used.store(tick, Ordering::Relaxed);
+            return root;
+        }
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let scope = match scopes.iter().find(|s| &*s.name == name) {
+            Some(s) => Arc::clone(s),
+            None => {
+                let s = Arc::new(Scope::new(name));
+                scopes.push(Arc::clone(&s));
+                s
+            }
+        };
+        scope.used.store(tick, Ordering::Relaxed);
+        Shared {
+            inner: Arc::clone(&self.inner),
+            scope,
+        }
+    }
+
+    /// The default scope of this engine.
+    pub(crate) fn root(&self) -> Shared {
+        Shared {
+            inner: Arc::clone(&self.inner),
+            scope: Arc::clone(&self.inner.root),
+        }
+    }
+
+    /// The name of this handle's scope (`""`: the default scope).
+    #[must_use]
+    pub fn scope_name(&self) -> &str {
+        &self.scope.name
+    }
+
+    /// Forgets the scope `name` and frees its memory once no drafter holds
+    /// it (drafters built on it keep drafting from what it held). Returns
+    /// whether there was such a scope; the default scope cannot be dropped
+    /// (`false`).
+    #[allow(clippy::must_use_candidate)] // called for its effect
+    pub fn drop_scope(&self, name: &str) -> bool {
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let before = scopes.len();
+        scopes.retain(|s| &*s.name != name);
+        scopes.len() != before
+    }
+
+    /// The names of the scopes made so far (the default one, `""`, first).
+    #[must_use]
+    pub fn scope_names(&self) -> Vec<String> {
+        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(String::new())
+            .chain(scopes.iter().map(|s| s.name.to_string()))
+            .collect()
+    }
+
+    /// Forgets least recently used scopes (never this handle's or the
+    /// default one) while all of them hold more than [`Budget::engine`].
+    pub(crate) fn enforce_engine_budget(&self) {
+        let limit = self.inner.budget.engine;
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total: usize =
+            self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>();
+        while total > limit {
+            let victim = scopes
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !Arc::ptr_eq(s, &self.scope))
+                .min_by_key(|(_, s)| s.used.load(Ordering::Relaxed))
+                .map(|(i, _)| i);
+            let Some(i) = victim else { break };
+            total = total.saturating_sub(scopes[i].heap_bytes());
+            scopes.swap_remove(i);
         }
     }
 
@@ -265,7 +451,7 @@ impl Shared {
     ///
     /// When the pool's cells cannot be allocated (see [`NgramPool::new`]).
     pub(crate) fn pool(&self) -> Result<Arc<NgramPool>, Error> {
-        let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.scope.pool.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = &*pool {
             return Ok(Arc::clone(p));
         }
@@ -277,7 +463,7 @@ impl Shared {
     /// The ngram-mod pool if one was made.
     #[must_use]
     pub(crate) fn existing_pool(&self) -> Option<Arc<NgramPool>> {
-        self.inner
+        self.scope
             .pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -287,7 +473,7 @@ impl Shared {
     /// recall's engine-wide memory, made on first call.
     #[must_use]
     pub(crate) fn recall_memory(&self) -> sync::Arc<RecallMemory> {
-        let mut recall = self.inner.recall.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recall = self.scope.recall.lock().unwrap_or_else(|e| e.into_inner());
         recall
             .get_or_insert_with(|| sync::Arc::new(RecallMemory::new(self.inner.budget.memory)))
             .clone()
@@ -296,19 +482,38 @@ impl Shared {
     /// recall's memory if one was made.
     #[must_use]
     pub(crate) fn existing_recall_memory(&self) -> Option<sync::Arc<RecallMemory>> {
-        self.inner
+        self.scope
             .recall
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    /// Heap bytes of the engine-wide state: the pool's cells and recall's
+    /// Heap bytes of this handle's scope: the pool's cells and recall's
     /// memory (at most [`Budget::memory`] plus ~7 KiB of learned tables).
+    /// [`engine_heap_bytes`](Shared::engine_heap_bytes) counts every scope.
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.existing_pool().map_or(0, |p| p.size_bytes())
-            + self.existing_recall_memory().map_or(0, |m| m.heap_bytes())
+        self.scope.heap_bytes()
+    }
+
+    /// Heap bytes of every scope of the engine together.
+    #[must_use]
+    pub fn engine_heap_bytes(&self) -> usize {
+        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>()
+    }
+
+    /// Every scope's handle, the default one first (what a save writes).
+    pub(crate) fn every_scope(&self) -> Vec<Shared> {
+        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(Arc::clone(&self.inner.root))
+            .chain(scopes.iter().cloned())
+            .map(|scope| Shared {
+                inner: Arc::clone(&self.inner),
+                scope,
+            })
+            .collect()
     }
 }
 
@@ -335,7 +540,16 @@ pub struct SharedStats {
 }
 
 impl Shared {
-    /// What this state holds now (see [`SharedStats`]). Alert on
+    /// Every scope's figures, the default scope (`""`) first.
+    #[must_use]
+    pub fn scope_stats(&self) -> Vec<(String, SharedStats)> {
+        self.every_scope()
+            .into_iter()
+            .map(|s| (s.scope_name().to_string(), s.stats()))
+            .collect()
+    }
+
+    /// What this handle's scope holds now (see [`SharedStats`]). Alert on
     /// `tokens_forgotten` growing fast (the budget is too small for the
     /// traffic: older requests stop helping) and on `heap_bytes` against
     /// the process's memory limit.

@@ -103,6 +103,7 @@ impl Speculative {
                 shared: shared.pool_size(),
             });
         }
+        shared.enforce_engine_budget();
         Speculative::build(config, shared, true)
     }
 

@@ -264,7 +264,7 @@ proptest! {
         sequences in prop::collection::vec(prop::collection::vec(op(5), 1..200), 1..4),
     ) {
         // The smallest budget, so that the engine-wide memory wraps.
-        let budget = Budget { memory: 64 << 10, sequence: 64 << 10 };
+        let budget = Budget { memory: 64 << 10, sequence: 64 << 10, ..Budget::default() };
         let mut shared = Shared::builder().budget(budget).build(&config).unwrap();
         let mut specs: Vec<Speculative> = sequences
             .iter()

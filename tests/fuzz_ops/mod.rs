@@ -111,6 +111,7 @@ pub fn chaos(data: &[u8]) {
     let budget = Budget {
         memory: 64 << 10,
         sequence: 64 << 10,
+        ..Budget::default()
     };
     let mut shared = Shared::builder().budget(budget).build(&config).unwrap();
     let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
@@ -268,9 +269,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// `Shared::from_bytes` (what `Shared::load` reads) on arbitrary bytes: a
 /// typed error or a memory that drafts and saves again, never a panic. The
 /// first byte picks the input: the raw bytes; a valid header followed by
-/// the bytes; or a valid file of a few requests with up to three (offset,
-/// xor) mutations from the bytes and its checksum recomputed, so that the
-/// body's checks are reached.
+/// the bytes; or a valid file of a few requests (in one scope or in three)
+/// with up to three (offset, xor) mutations from the bytes and its checksum
+/// recomputed, so that the body's checks are reached.
 pub fn load(data: &[u8]) {
     let config = Config::new([
         Strategy::NgramMod { n: 4 },
@@ -290,8 +291,15 @@ pub fn load(data: &[u8]) {
         }
         _ => {
             let shared = Shared::new(&config).unwrap();
+            // Half of them a file of several scopes.
+            let scoped = b.byte() % 2 == 1;
             for r in 0..3u32 {
-                let mut spec = Speculative::with_shared(&config, &shared).unwrap();
+                let scope = if scoped && r > 0 {
+                    shared.scope(&format!("t{r}"))
+                } else {
+                    shared.clone()
+                };
+                let mut spec = Speculative::with_shared(&config, &scope).unwrap();
                 let prompt: Vec<Token> = (0..40).map(|i| (i * 7 + r) % 13).collect();
                 spec.begin(&prompt);
                 let _ = spec.draft(&prompt, 1);

@@ -1,0 +1,185 @@
+//! Scopes keep tenants apart: a drafter on one scope never drafts another
+//! scope's text (recall's memory and ngram-mod's pool alike), a file keeps
+//! every scope, and the engine-wide budget forgets whole scopes.
+
+mod common;
+
+use common::Rng;
+use selfspec::{Budget, Config, Shared, Speculative, Strategy, Token};
+
+/// A token below `n` (plus `base`).
+fn token(rng: &mut Rng, base: u64, n: u64) -> Token {
+    Token::try_from(base + rng.below(n)).expect("a small id")
+}
+
+/// A request generating `output` after `prompt` under greedy verification
+/// against it: the draft tokens accepted.
+fn generate(spec: &mut Speculative, prompt: &[Token], output: &[Token]) -> usize {
+    let mut history = prompt.to_vec();
+    spec.begin(&history);
+    let (mut i, mut accepted) = (0, 0);
+    while i < output.len() {
+        let last = output[i];
+        let draft = spec.draft(&history, last);
+        let n = selfspec::verify::greedy(draft, &output[i + 1..]);
+        spec.accept(n);
+        history.extend_from_slice(&output[i..=i + n]);
+        accepted += n;
+        i += n + 1;
+    }
+    spec.end_request();
+    accepted
+}
+
+/// Tenant A generates a random 300-token secret after a common prefix;
+/// tenant B then "generates" the same secret after the same prefix, in A's
+/// scope or in its own; then A again. Returns (B's accepted, A's second).
+fn secret_accepted(config: &Config, same_scope: bool) -> (usize, usize) {
+    let mut rng = Rng(97);
+    let prefix: Vec<Token> = (0..200).map(|_| token(&mut rng, 0, 50_000)).collect();
+    let secret: Vec<Token> = (0..300).map(|_| token(&mut rng, 60_000, 50_000)).collect();
+    let shared = Shared::new(config).unwrap();
+    let a = shared.scope("tenant-a");
+    let b = if same_scope {
+        a.clone()
+    } else {
+        shared.scope("tenant-b")
+    };
+    generate(
+        &mut Speculative::with_shared(config, &a).unwrap(),
+        &prefix,
+        &secret,
+    );
+    let by_b = generate(
+        &mut Speculative::with_shared(config, &b).unwrap(),
+        &prefix,
+        &secret,
+    );
+    let again = generate(
+        &mut Speculative::with_shared(config, &a).unwrap(),
+        &prefix,
+        &secret,
+    );
+    (by_b, again)
+}
+
+#[test]
+fn another_scope_never_drafts_a_tenants_secret() {
+    let chains = [
+        ("recall", Config::recommended()),
+        (
+            "ngram-mod",
+            Config::new([Strategy::NgramMod { n: 8 }]).with_pool_size(1 << 16),
+        ),
+    ];
+    for (name, config) in chains {
+        let (one_scope, _) = secret_accepted(&config, true);
+        let (two_scopes, a_again) = secret_accepted(&config, false);
+        println!("{name}: B accepts {one_scope} of 299 in A's scope, {two_scopes} in its own; A again {a_again}");
+        assert!(one_scope >= 150, "{name}: one scope {one_scope}");
+        assert!(two_scopes <= 5, "{name}: two scopes {two_scopes}");
+        assert!(a_again >= 150, "{name}: A's second request {a_again}");
+    }
+}
+
+#[test]
+fn a_file_keeps_every_scope_apart() {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let mut rng = Rng(5);
+    let text = |rng: &mut Rng, base: u64| -> Vec<Token> {
+        (0..400).map(|_| token(rng, base, 1000)).collect()
+    };
+    let (ta, tb) = (text(&mut rng, 10_000), text(&mut rng, 20_000));
+    generate(
+        &mut Speculative::with_shared(&config, &shared.scope("a")).unwrap(),
+        &ta[..10],
+        &ta[10..],
+    );
+    generate(
+        &mut Speculative::with_shared(&config, &shared.scope("b")).unwrap(),
+        &tb[..10],
+        &tb[10..],
+    );
+    let bytes = shared.to_bytes();
+    let loaded = Shared::builder()
+        .build_from_bytes(&config, "scopes", &bytes)
+        .unwrap();
+    assert_eq!(loaded.scope_names(), ["", "a", "b"]);
+    assert_eq!(loaded.to_bytes(), bytes, "the same file again");
+    let stats: Vec<u64> = loaded
+        .scope_stats()
+        .iter()
+        .map(|(_, s)| s.memory_tokens)
+        .collect();
+    assert_eq!(stats, [0, 400, 400]);
+    // Each scope drafts its own text and nothing of the other's.
+    for (scope, own, other) in [("a", &ta, &tb), ("b", &tb, &ta)] {
+        let handle = loaded.scope(scope);
+        let mut spec = Speculative::with_shared(&config, &handle).unwrap();
+        spec.begin(&own[..30]);
+        assert_eq!(
+            spec.draft(&own[..30], own[30]).first(),
+            Some(&own[31]),
+            "{scope}"
+        );
+        let mut spec = Speculative::with_shared(&config, &handle).unwrap();
+        spec.begin(&other[..30]);
+        assert!(
+            spec.draft(&other[..30], other[30]).is_empty(),
+            "{scope} drafts the other's text"
+        );
+    }
+    // A corrupt scope file is a typed error (a flipped byte: the checksum).
+    let mut bad = bytes.clone();
+    bad[40] ^= 1;
+    assert!(matches!(
+        Shared::builder().build_from_bytes(&config, "bad", &bad),
+        Err(selfspec::Error::MemoryFile { .. })
+    ));
+    // A single-scope engine still writes the single-scope format.
+    assert!(Shared::new(&config)
+        .unwrap()
+        .to_bytes()
+        .starts_with(b"SELFSPEC"));
+}
+
+#[test]
+fn scopes_drop_and_the_engine_budget_forgets_the_least_recently_used() {
+    let config = Config::recommended();
+    let budget = Budget {
+        memory: 1 << 20,
+        engine: 3 << 20,
+        ..Budget::default()
+    };
+    let shared = Shared::builder().budget(budget).build(&config).unwrap();
+    let mut rng = Rng(11);
+    for i in 0..8 {
+        let scope = shared.scope(&format!("t{i}"));
+        let text: Vec<Token> = (0..6000).map(|_| token(&mut rng, 0, 30_000)).collect();
+        generate(
+            &mut Speculative::with_shared(&config, &scope).unwrap(),
+            &text[..100],
+            &text[100..],
+        );
+        assert!(
+            shared.engine_heap_bytes() <= budget.engine + (1 << 20) + (64 << 10),
+            "{} bytes after scope {i}",
+            shared.engine_heap_bytes()
+        );
+    }
+    let names = shared.scope_names();
+    assert!(names.len() < 9 && names[0].is_empty(), "{names:?}");
+    assert!(
+        names.contains(&"t7".to_string()),
+        "the newest stays: {names:?}"
+    );
+    assert!(
+        !names.contains(&"t0".to_string()),
+        "the oldest went: {names:?}"
+    );
+    assert!(shared.drop_scope("t7"));
+    assert!(!shared.drop_scope("t7"));
+    assert!(!shared.drop_scope(""), "the default scope stays");
+    assert!(!shared.scope_names().contains(&"t7".to_string()));
+}
