@@ -32,7 +32,7 @@ use selfspec::{Config, DrafterStats, Shared, Speculative, Strategy};
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
 [--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--verbose] \
-[--slots N] [--fresh] [--memory FILE]";
+[--slots N] [--fresh] [--scope-per-session] [--memory FILE]";
 
 const HELP: &str = "replay: selfspec's drafters over recorded generations; tau (tokens per target forward pass) and acceptance per strategy
 
@@ -44,6 +44,7 @@ usage: replay [FILE.jsonl ...] [options]
   --pool-size N         ngram-mod's pool, in cells
   --slots N             an engine of N slots (1..=4096) on one Shared, decoded in rounds
   --fresh               with --slots: a new drafter per request
+  --scope-per-session   each session in a scope of its own (a new drafter per request)
   --memory FILE         load the engine-wide memory from FILE if it exists, save it there at the end
   --per-kind            replay each session kind of a file separately
   --json                the figures and reports as JSON
@@ -74,6 +75,8 @@ struct Options {
     slots: Option<usize>,
     /// A new drafter per request.
     fresh: bool,
+    /// Each session in a scope of its own.
+    scoped: bool,
     /// Load the engine-wide memory from this file if it exists; save it at the end.
     memory: Option<String>,
 }
@@ -111,6 +114,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
                 o.slots = Some(n);
             }
             "--fresh" => o.fresh = true,
+            "--scope-per-session" => o.scoped = true,
             "--memory" => o.memory = Some(value(&arg)?),
             "--help" | "-h" => return Err(Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
@@ -253,7 +257,8 @@ fn replay_all(
 fn replay_with(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run> {
     let engine = Engine {
         slots: o.slots.unwrap_or(1),
-        fresh: o.fresh,
+        fresh: o.fresh || o.scoped,
+        scoped: o.scoped,
     };
     if engine == Engine::SEQUENTIAL && o.memory.is_none() {
         let mut spec = Speculative::new(config)?;

@@ -123,3 +123,8 @@ pub use token::{IntoToken, Token};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust blocks of `docs/security.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/security.md")]
+pub struct SecurityDoctests;

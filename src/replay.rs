@@ -472,6 +472,11 @@ pub struct Engine {
     pub slots: usize,
     /// A new drafter per request (else one per slot, for all its requests).
     pub fresh: bool,
+    /// Each session in a [scope](Shared::scope) of its own (with a new
+    /// drafter per request on it, as `fresh`): what tenant isolation costs
+    /// when every conversation is its own tenant.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub scoped: bool,
 }
 
 impl Engine {
@@ -479,6 +484,7 @@ impl Engine {
     pub const SEQUENTIAL: Engine = Engine {
         slots: 1,
         fresh: false,
+        scoped: false,
     };
 
     /// `slots` slots, each keeping its drafter.
@@ -487,18 +493,37 @@ impl Engine {
         Engine {
             slots,
             fresh: false,
+            scoped: false,
         }
     }
 
     /// `slots` slots, a new drafter for every request.
     #[must_use]
     pub fn fresh(slots: usize) -> Engine {
-        Engine { slots, fresh: true }
+        Engine {
+            slots,
+            fresh: true,
+            scoped: false,
+        }
+    }
+
+    /// `slots` slots, each session in a scope of its own, a new drafter
+    /// for every request.
+    #[must_use]
+    pub fn scoped(slots: usize) -> Engine {
+        Engine {
+            slots,
+            fresh: true,
+            scoped: true,
+        }
     }
 }
 
 impl std::fmt::Display for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.scoped {
+            return write!(f, "scoped {}", self.slots);
+        }
         match (self.slots, self.fresh) {
             (1, false) => write!(f, "seq"),
             (s, false) => write!(f, "{s} slots"),
@@ -549,7 +574,10 @@ impl EngineReplay<'_> {
 
     /// Starts request `r` of session `s` on `slot` (a new drafter if fresh).
     fn start(&mut self, slot: &mut Slot, s: usize, r: usize) -> Result<(), Error> {
-        if self.engine.fresh {
+        if self.engine.scoped {
+            let scope = self.shared.scope(&format!("session-{s}"));
+            slot.spec = Some(Speculative::with_shared(self.config, &scope)?);
+        } else if self.engine.fresh {
             slot.spec = Some(self.new_spec()?);
         }
         let request = &self.sessions[s].requests[r];

@@ -54,3 +54,39 @@ fn kinds_add_up_to_the_whole() {
         }
     }
 }
+
+/// A scope per session is as if every session ran on an engine of its own.
+#[test]
+fn a_scope_per_session_is_an_engine_per_session() {
+    let sessions = mixed();
+    let config = Config::recommended();
+    let scoped = replay_engine(
+        &config,
+        &Shared::new(&config).unwrap(),
+        &sessions,
+        Engine::scoped(8),
+    )
+    .unwrap();
+    let (mut steps, mut accepted) = (0, 0);
+    for s in &sessions {
+        let alone = replay_engine(
+            &config,
+            &Shared::new(&config).unwrap(),
+            std::slice::from_ref(s),
+            Engine::fresh(1),
+        )
+        .unwrap();
+        steps += alone.steps;
+        accepted += alone.accepted;
+    }
+    assert_eq!((scoped.steps, scoped.accepted), (steps, accepted));
+    // Not vacuous: one shared scope drafts from the other sessions.
+    let shared = replay_engine(
+        &config,
+        &Shared::new(&config).unwrap(),
+        &sessions,
+        Engine::fresh(8),
+    )
+    .unwrap();
+    assert_ne!(shared.accepted, scoped.accepted);
+}
