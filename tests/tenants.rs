@@ -183,3 +183,32 @@ fn scopes_drop_and_the_engine_budget_forgets_the_least_recently_used() {
     assert!(!shared.drop_scope(""), "the default scope stays");
     assert!(!shared.scope_names().contains(&"t7".to_string()));
 }
+
+#[test]
+fn stats_count_requests_and_saves() {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let scope = shared.scope("a");
+    let mut rng = Rng(3);
+    let text: Vec<Token> = (0..300).map(|_| token(&mut rng, 0, 500)).collect();
+    for _ in 0..3 {
+        generate(
+            &mut Speculative::with_shared(&config, &scope).unwrap(),
+            &text[..20],
+            &text[20..],
+        );
+    }
+    assert_eq!(scope.stats().requests_published, 3);
+    assert_eq!(
+        shared.stats().requests_published,
+        0,
+        "the default scope served none"
+    );
+    let path = std::env::temp_dir().join(format!("selfspec-stats-{}.mem", std::process::id()));
+    shared.save(&path).unwrap();
+    shared.save(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let stats = scope.stats();
+    assert_eq!(stats.saves, 2);
+    assert!(stats.save_ns >= stats.last_save_ns && stats.last_save_ns > 0);
+}

@@ -104,7 +104,16 @@ impl Shared {
     ///
     /// [`Error::MemoryFile`] when the file cannot be written or renamed into place.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
-        let path = path.as_ref();
+        let started = std::time::Instant::now();
+        let saved = self.write_file(path.as_ref());
+        if saved.is_ok() {
+            self.count_save(started.elapsed());
+        }
+        saved
+    }
+
+    /// Writes the memory file to `path` (see [`save`](Shared::save)).
+    fn write_file(&self, path: &Path) -> Result<(), Error> {
         let bytes = self.to_bytes();
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");

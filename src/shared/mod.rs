@@ -121,6 +121,8 @@ struct Inner {
     scopes: Mutex<Vec<Arc<Scope>>>,
     /// Ticks of scope use, for least-recently-used forgetting.
     clock: AtomicU64,
+    /// Saves: count, total and last duration (ns).
+    saves: [AtomicU64; 3],
 }
 
 /// One tenant's learned state: what its drafters read and feed, and
@@ -292,6 +294,7 @@ impl Shared {
                 root: Arc::clone(&root),
                 scopes: Mutex::new(Vec::new()),
                 clock: AtomicU64::new(0),
+                saves: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             }),
             scope: root,
         }
@@ -504,6 +507,15 @@ impl Shared {
         self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>()
     }
 
+    /// Counts a save that took `took`.
+    pub(crate) fn count_save(&self, took: std::time::Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let saves = &self.inner.saves;
+        saves[0].fetch_add(1, Ordering::Relaxed);
+        saves[1].fetch_add(ns, Ordering::Relaxed);
+        saves[2].store(ns, Ordering::Relaxed);
+    }
+
     /// Every scope's handle, the default one first (what a save writes).
     pub(crate) fn every_scope(&self) -> Vec<Shared> {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
@@ -535,8 +547,22 @@ pub struct SharedStats {
     pub pool_cells_used: u64,
     /// ngram-mod's pool size in cells (0 without a pool).
     pub pool_cells: u64,
-    /// Heap bytes of the whole state ([`Shared::heap_bytes`]).
+    /// Heap bytes of the scope ([`Shared::heap_bytes`]).
     pub heap_bytes: u64,
+    /// Requests whose end was published to recall's memory.
+    pub requests_published: u64,
+    /// Request ends that found the memory's writer lock taken and waited.
+    pub writer_waits: u64,
+    /// Their total wait, in nanoseconds.
+    pub writer_wait_ns: u64,
+    /// The longest of them, in nanoseconds.
+    pub writer_wait_longest_ns: u64,
+    /// Memory files saved by this engine ([`Shared::save`]; all scopes).
+    pub saves: u64,
+    /// Their total duration, in nanoseconds.
+    pub save_ns: u64,
+    /// The last one's duration, in nanoseconds.
+    pub last_save_ns: u64,
 }
 
 impl Shared {
@@ -549,10 +575,15 @@ impl Shared {
             .collect()
     }
 
-    /// What this handle's scope holds now (see [`SharedStats`]). Alert on
-    /// `tokens_forgotten` growing fast (the budget is too small for the
-    /// traffic: older requests stop helping) and on `heap_bytes` against
-    /// the process's memory limit.
+    /// What this handle's scope holds now (see [`SharedStats`]; the save
+    /// figures are the engine's). Read from counters the drafters do not
+    /// write: reading them costs a few loads and locks no drafter waits
+    /// for. Alert on `tokens_forgotten` growing about as fast as
+    /// `tokens_published` (the budget is too small for the traffic: older
+    /// requests stop helping), on `engine_heap_bytes` against the process's
+    /// memory limit, on `writer_wait_longest_ns` in the milliseconds
+    /// (request ends queue behind long prompts), and on `last_save_ns`
+    /// approaching the save interval.
     ///
     /// ```
     /// use selfspec::{Config, Shared, Speculative};
@@ -572,7 +603,16 @@ impl Shared {
         let pool = self.existing_pool();
         let held = memory.as_ref().map_or(0, |m| wide(m.len()));
         let published = memory.as_ref().map_or(0, |m| m.appended());
+        let waits = memory.as_ref().map(|m| m.waits()).unwrap_or_default();
+        let saves = &self.inner.saves;
         SharedStats {
+            requests_published: memory.as_ref().map_or(0, |m| m.requests()),
+            writer_waits: waits.count,
+            writer_wait_ns: waits.total_ns,
+            writer_wait_longest_ns: waits.longest_ns,
+            saves: saves[0].load(Ordering::Relaxed),
+            save_ns: saves[1].load(Ordering::Relaxed),
+            last_save_ns: saves[2].load(Ordering::Relaxed),
             memory_tokens: held,
             memory_capacity: memory.as_ref().map_or(0, |m| wide(m.capacity())),
             tokens_published: published,

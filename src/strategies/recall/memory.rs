@@ -168,6 +168,19 @@ pub struct RecallMemory {
     writer: Mutex<Writer>,
     learned: Mutex<super::Learned>,
     calibration: Calibration,
+    /// Appends that found the writer lock taken and waited: count, total
+    /// and longest wait (ns). Written only by a waiting writer.
+    waits: [AtomicU64; 3],
+    /// Requests whose end was published.
+    requests: AtomicU64,
+}
+
+/// How often and how long writers waited for the memory's writer lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Waits {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) longest_ns: u64,
 }
 
 /// A reader's cached tables, refreshed when the generation moves.
@@ -212,6 +225,8 @@ impl RecallMemory {
                 weights: Weights::new(),
             }),
             calibration: Calibration::new(),
+            waits: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            requests: AtomicU64::new(0),
         }
     }
 
@@ -334,8 +349,45 @@ impl RecallMemory {
         if tokens.is_empty() {
             return self.end.load(Ordering::Acquire);
         }
-        let w = lock(&self.writer);
+        let w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let started = std::time::Instant::now();
+                let w = lock(&self.writer);
+                let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.waits[0].fetch_add(1, Ordering::Relaxed);
+                self.waits[1].fetch_add(waited, Ordering::Relaxed);
+                self.waits[2].fetch_max(waited, Ordering::Relaxed);
+                w
+            }
+        };
         self.append_locked(w, context, tokens, true)
+    }
+
+    /// How often and how long appends waited for another writer.
+    pub(crate) fn waits(&self) -> Waits {
+        Waits {
+            count: self.waits[0].load(Ordering::Relaxed),
+            total_ns: self.waits[1].load(Ordering::Relaxed),
+            longest_ns: self.waits[2].load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a request whose end was published.
+    pub(crate) fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests whose end was published.
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Holds the writer lock, as another thread's append would.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn hold_writer(&self) -> crate::sync::MutexGuard<'_, Writer> {
+        lock(&self.writer)
     }
 
     /// Like [`append_after`](RecallMemory::append_after) from a draft call:
@@ -343,12 +395,6 @@ impl RecallMemory {
     /// a draft never waits for the indexing of a long request; and the
     /// buckets do not grow here (re-chaining the whole memory would stall
     /// the draft), only at the next plain append.
-    /// Holds the writer lock, as another thread's append would.
-    #[cfg(all(test, not(loom)))]
-    pub(super) fn hold_writer(&self) -> crate::sync::MutexGuard<'_, Writer> {
-        lock(&self.writer)
-    }
-
     pub(super) fn try_append_after(&self, context: &[Token], tokens: &[Token]) -> Option<u64> {
         if tokens.is_empty() {
             return Some(self.end.load(Ordering::Acquire));

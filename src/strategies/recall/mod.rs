@@ -177,6 +177,8 @@ pub struct Recall {
     mirror: Roomy<Token>,
     /// Own position where the current request's output starts.
     request_start: u64,
+    /// A request began and has not ended (for the published-requests count).
+    in_request: bool,
     /// Own tokens before this are in the memory already (but `deferred`).
     published: u64,
     /// Own tokens left for the request's end (a long prompt).
@@ -266,6 +268,7 @@ impl Recall {
             engine_wide,
             mirror: Roomy::default(),
             request_start: 0,
+            in_request: false,
             published: 0,
             deferred: None,
             mirrored: Vec::with_capacity(MIRRORED),
@@ -303,6 +306,8 @@ impl Clone for Recall {
             snapshot: self.snapshot.clone(),
             mirror: self.mirror.clone(),
             request_start: self.request_start,
+            // The parent's request: the parent counts it.
+            in_request: false,
             // What the two share is the parent's to publish.
             published: self.own.end(),
             deferred: None,
@@ -351,6 +356,7 @@ impl Drafter for Recall {
             self.ingest(history, last);
         }
         self.request_start = self.own.end();
+        self.in_request = true;
     }
 
     fn draft(

@@ -9,6 +9,10 @@ impl Recall {
     /// [`Drafter::end_request`], and [`begin`](Drafter::begin) for a request
     /// not ended yet. Waits for the memory's writer lock.
     pub(super) fn finish_request(&mut self) {
+        if self.in_request {
+            self.in_request = false;
+            self.memory.count_request();
+        }
         self.publish();
         self.sync_learned();
     }

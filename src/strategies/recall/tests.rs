@@ -140,3 +140,25 @@ fn drop_never_waits_and_end_request_publishes() {
     r.end_request();
     assert!(private.appended() >= 190);
 }
+
+/// An append that finds the writer lock taken counts its wait; one that
+/// finds it free counts nothing.
+#[test]
+fn writer_waits_are_counted_on_the_writers_side() {
+    let memory = Arc::new(RecallMemory::new(1 << 20));
+    memory.append_after(&[], &[1, 2, 3]);
+    assert_eq!(memory.waits().count, 0);
+    let waiter = {
+        let held = memory.hold_writer();
+        let memory = Arc::clone(&memory);
+        let waiter = std::thread::spawn(move || memory.append_after(&[], &[4, 5, 6]));
+        // The waiter reaches the lock long before this sleep ends.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(held);
+        waiter
+    };
+    waiter.join().unwrap();
+    let waits = memory.waits();
+    assert_eq!(waits.count, 1);
+    assert!(waits.longest_ns > 0 && waits.total_ns == waits.longest_ns);
+}
