@@ -113,7 +113,7 @@ pub mod verify;
 pub use config::{Config, Strategy};
 pub use drafter::{DraftLimits, Drafter};
 pub use error::{CacheFileProblem, Error, MemoryFileProblem};
-pub use shared::{Budget, Shared, SharedBuilder, SharedStats};
+pub use shared::{Budget, Cursor, Shared, SharedBuilder, SharedStats};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
 pub use strategies::NgramPool;

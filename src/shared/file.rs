@@ -40,7 +40,7 @@ const RUN_CONTEXT: usize = 16;
 /// Bytes per saved run.
 const RUN_BYTES: u64 = 8 + 4 + 4 * RUN_CONTEXT as u64;
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -59,9 +59,9 @@ pub(super) fn io(path: &Path, e: std::io::Error) -> Error {
 }
 
 /// Reads little-endian fields off a byte slice, tracking the offset.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl Reader<'_> {
@@ -70,10 +70,10 @@ impl Reader<'_> {
         self.at += N;
         Some(out)
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(super) fn u32(&mut self) -> Option<u32> {
         self.take().map(u32::from_le_bytes)
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(super) fn u64(&mut self) -> Option<u64> {
         self.take().map(u64::from_le_bytes)
     }
     fn f64(&mut self) -> Option<f64> {

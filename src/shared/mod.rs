@@ -2,6 +2,9 @@
 //! and read from.
 
 mod file;
+mod replicas;
+
+pub use replicas::Cursor;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 #[cfg(feature = "replay")]
 use selfspec::replay::Session;
-use selfspec::{DraftLimits, Drafter, Strategy, Token};
+#[cfg(feature = "replay")]
+use selfspec::{DraftLimits, Drafter};
+use selfspec::{Strategy, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
 #[cfg(feature = "replay")]

@@ -146,6 +146,9 @@ pub(super) struct Writer {
     /// starts and the tokens before it in its request (the first run may
     /// have lost its head). About 80 bytes a run of at least 64 tokens.
     runs: std::collections::VecDeque<Run>,
+    /// Ranges appended by [`RecallMemory::import_run`] (another replica's
+    /// learning), which an export leaves out; oldest first.
+    imported: std::collections::VecDeque<(u64, u64)>,
 }
 
 /// recall's engine-wide memory of earlier requests (part of
@@ -220,6 +223,7 @@ impl RecallMemory {
                 rolling: [0; K],
                 run: 0,
                 runs: std::collections::VecDeque::new(),
+                imported: std::collections::VecDeque::new(),
             }),
             learned: Mutex::new(super::Learned {
                 weights: Weights::new(),
@@ -278,6 +282,64 @@ impl RecallMemory {
             runs.push((next - run.start.max(view.floor), context));
         }
         (tokens, runs)
+    }
+
+    /// What was published from position `from` on and is still held, run
+    /// by run (the tail of a run that began before `from`, with the tokens
+    /// before it as its context), leaving out imported ranges; and the end
+    /// position (the next export's `from`).
+    pub(crate) fn runs_since(&self, from: u64) -> (Vec<(RunContext, Vec<Token>)>, u64) {
+        let w = lock(&self.writer);
+        let mut snapshot = self.snapshot();
+        let view = self.view(&mut snapshot);
+        let mut out = Vec::new();
+        for (i, run) in w.runs.iter().enumerate() {
+            let next = w.runs.get(i + 1).map_or(view.end, |r| r.start);
+            let start = run.start.max(view.floor).max(from);
+            if start >= next {
+                continue;
+            }
+            // The parts of start..next that were not imported.
+            let mut at = start;
+            for &(a, b) in w.imported.iter().filter(|&&(a, b)| b > start && a < next) {
+                if a > at {
+                    out.push(self.piece(&view, run, at, a));
+                }
+                at = at.max(b);
+            }
+            if at < next {
+                out.push(self.piece(&view, run, at, next));
+            }
+        }
+        (out, view.end)
+    }
+
+    /// Tokens `from..to` of `run`, with their context.
+    fn piece(&self, view: &View<'_>, run: &Run, from: u64, to: u64) -> (RunContext, Vec<Token>) {
+        let context = if from == run.start {
+            run.context
+        } else {
+            let k = (from - view.floor.max(run.start)).min(ORDERS[K - 1] as u64);
+            let before: Vec<Token> = (from - k..from).map(|p| view.token(p)).collect();
+            RunContext::new(&before)
+        };
+        (context, (from..to).map(|p| view.token(p)).collect())
+    }
+
+    /// Appends another replica's run (see
+    /// [`runs_since`](RecallMemory::runs_since)): an export leaves it out.
+    pub(crate) fn import_run(&self, context: &[Token], tokens: &[Token]) {
+        let start = self.append_after(context, tokens);
+        let end = start + tokens.len() as u64;
+        let mut w = lock(&self.writer);
+        let floor = self.floor.load(Ordering::Acquire);
+        while w.imported.front().is_some_and(|&(_, b)| b <= floor) {
+            w.imported.pop_front();
+        }
+        match w.imported.back_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => w.imported.push_back((start, end)),
+        }
     }
 
     /// The continuations of the most recent occurrences (newest first, at
