@@ -212,3 +212,75 @@ fn stats_count_requests_and_saves() {
     assert_eq!(stats.saves, 2);
     assert!(stats.save_ns >= stats.last_save_ns && stats.last_save_ns > 0);
 }
+
+/// Many threads over several scopes, with saves, exports, imports and scope
+/// drops interleaved: no panic, no draft from another scope (each scope's
+/// text uses its own range of ids), memory within the engine budget.
+#[test]
+fn threads_over_scopes_with_saves_imports_and_drops() {
+    let config = Config::recommended();
+    let budget = Budget {
+        memory: 1 << 20,
+        engine: 6 << 20,
+        ..Budget::default()
+    };
+    let shared = Shared::builder().budget(budget).build(&config).unwrap();
+    let other = Shared::builder().budget(budget).build(&config).unwrap();
+    let path = std::env::temp_dir().join(format!("selfspec-abuse-{}.mem", std::process::id()));
+    const SCOPES: u64 = 4;
+    std::thread::scope(|s| {
+        for t in 0..6u64 {
+            let (shared, other, path, config) = (&shared, &other, &path, &config);
+            s.spawn(move || {
+                let mut rng = Rng(1000 + t);
+                let mut cursor = selfspec::Cursor::default();
+                for i in 0..40u64 {
+                    let k = rng.below(SCOPES);
+                    let scope = shared.scope(&format!("s{k}"));
+                    let base = 100_000 * (k + 1);
+                    let text: Vec<Token> = (0..400).map(|_| token(&mut rng, base, 300)).collect();
+                    let mut spec = Speculative::with_shared(config, &scope).unwrap();
+                    let mut history = text[..50].to_vec();
+                    spec.begin(&history);
+                    for &last in &text[50..] {
+                        let draft = spec.draft(&history, last);
+                        assert!(
+                            draft
+                                .iter()
+                                .all(|&d| u64::from(d) >= base && u64::from(d) < base + 300),
+                            "scope s{k} drafted another scope's token"
+                        );
+                        spec.accept(0);
+                        history.push(last);
+                    }
+                    spec.end_request();
+                    match (t + i) % 7 {
+                        0 => shared.save(path).unwrap(),
+                        1 => {
+                            let (delta, next) = shared.export_since(&cursor);
+                            cursor = next;
+                            other.import(&delta).unwrap();
+                        }
+                        2 => {
+                            let (delta, _) = other.export_since(&selfspec::Cursor::default());
+                            let _ = delta;
+                        }
+                        3 => {
+                            let _ = shared.drop_scope(&format!("s{}", rng.below(SCOPES)));
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    let loaded = Shared::load(&config, &path).unwrap();
+    std::fs::remove_file(&path).ok();
+    for engine in [&shared, &other, &loaded] {
+        assert!(
+            engine.engine_heap_bytes() <= budget.engine + budget.memory + (256 << 10),
+            "{} bytes",
+            engine.engine_heap_bytes()
+        );
+    }
+}

@@ -82,10 +82,16 @@ impl Reader<'_> {
 }
 
 impl Shared {
-    /// Saves the engine-wide state (recall's memory and learned tables, the
-    /// ngram-mod pool) to `path`, so that a restarted server starts warm.
-    /// Writes a temporary file beside `path` and renames it, so a crash
-    /// never leaves half a file under `path`.
+    /// Saves the engine-wide state (every scope: recall's memory and
+    /// learned tables, the ngram-mod pool) to `path`, so that a restarted
+    /// server starts warm.
+    ///
+    /// Crash-safe: each save writes a temporary file of its own beside
+    /// `path` (`.NAME.PID.N.tmp`), syncs it to disk, renames it onto `path`
+    /// and syncs the directory, so `path` always holds one whole save, even
+    /// after a crash or a power loss. Saves of one engine are serialised;
+    /// saves while drafters run are fine (each scope is read under its
+    /// writer lock, so a save holds up request ends, never drafts).
     ///
     /// ```
     /// use selfspec::{Config, Shared, Speculative};
@@ -102,7 +108,8 @@ impl Shared {
     ///
     /// # Errors
     ///
-    /// [`Error::MemoryFile`] when the file cannot be written or renamed into place.
+    /// [`Error::MemoryFile`] naming the file that failed (the temporary
+    /// file when it cannot be written, `path` when the rename fails).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), Error> {
         let started = std::time::Instant::now();
         let saved = self.write_file(path.as_ref());
@@ -114,15 +121,36 @@ impl Shared {
 
     /// Writes the memory file to `path` (see [`save`](Shared::save)).
     fn write_file(&self, path: &Path) -> Result<(), Error> {
+        // One save at a time per engine; other engines' saves to the same
+        // path have temporary files of their own.
+        let _saving = self.lock_saves();
         let bytes = self.to_bytes();
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
-        std::fs::write(&tmp, &bytes).map_err(|e| io(path, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| {
+        let tmp = temporary_beside(path);
+        let written = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut file, &bytes)?;
+            // On disk before it has the target's name: a power loss after
+            // the rename finds the whole file, never an empty one.
+            file.sync_all()
+        })();
+        if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
-            io(path, e)
-        })
+            return Err(io(&tmp, e));
+        }
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(path, e));
+        }
+        // The rename itself is durable once the directory is synced (where
+        // the platform opens directories; elsewhere the rename stands alone).
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if let Ok(dir) = std::fs::File::open(dir) {
+            dir.sync_all().map_err(|e| io(path, e))?;
+        }
+        Ok(())
     }
 
     /// The memory file's bytes (what [`save`](Shared::save) writes: every
@@ -588,4 +616,14 @@ fn shift(e: Error, by: u64) -> Error {
         },
         other => other,
     }
+}
+
+/// A temporary file's name beside `path`, unique to this process and call.
+fn temporary_beside(path: &Path) -> std::path::PathBuf {
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map_or_else(|| "memory".into(), |n| n.to_string_lossy());
+    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
 }

@@ -126,6 +126,8 @@ struct Inner {
     clock: AtomicU64,
     /// Saves: count, total and last duration (ns).
     saves: [AtomicU64; 3],
+    /// Held by the save in progress.
+    saving: Mutex<()>,
 }
 
 /// One tenant's learned state: what its drafters read and feed, and
@@ -298,6 +300,7 @@ impl Shared {
                 scopes: Mutex::new(Vec::new()),
                 clock: AtomicU64::new(0),
                 saves: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+                saving: Mutex::new(()),
             }),
             scope: root,
         }
@@ -508,6 +511,11 @@ impl Shared {
     pub fn engine_heap_bytes(&self) -> usize {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
         self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>()
+    }
+
+    /// One save at a time.
+    pub(crate) fn lock_saves(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner.saving.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts a save that took `took`.
