@@ -729,8 +729,120 @@ fn bench_concurrency(c: &mut Criterion) {
     group.finish();
 }
 
+/// A text-like stream of `len` tokens from `seed` (copies of earlier spans).
+fn stream(len: usize, seed: u64) -> Vec<Token> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut out: Vec<Token> = Vec::with_capacity(len);
+    while out.len() < len {
+        if out.len() > 1000 && next() % 4 == 0 {
+            let from = usize::try_from(next()).unwrap_or(0) % (out.len() - 100);
+            let n = 8 + usize::try_from(next()).unwrap_or(0) % 40;
+            for i in 0..n {
+                out.push(out[from + i]);
+            }
+        } else {
+            out.push(Token::try_from(next() % 5000).unwrap_or(0));
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// A request's cost (begin with a 500-token prompt, 100 draft calls, its
+/// end) on an engine of 1 or 64 scopes, each holding 20k tokens, the
+/// requests going round the scopes. Throughput in draft calls.
+fn bench_scopes(c: &mut Criterion) {
+    let config = Config::recommended();
+    let mut group = c.benchmark_group("scopes");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    for n in [1usize, 64] {
+        let shared = Shared::new(&config).unwrap();
+        let scopes: Vec<Shared> = (0..n).map(|i| shared.scope(&format!("s{i}"))).collect();
+        for (i, scope) in scopes.iter().enumerate() {
+            let text = stream(20_000, 7 + i as u64);
+            let mut spec = Speculative::with_shared(&config, scope).unwrap();
+            spec.begin(&text);
+            spec.end_request();
+        }
+        let requests: Vec<Vec<Token>> = (0..32).map(|i| stream(600, 1000 + i)).collect();
+        let mut k = 0;
+        group.throughput(Throughput::Elements(100));
+        group.bench_function(format!("request/{n}"), |b| {
+            b.iter(|| {
+                let scope = &scopes[k % n];
+                let text = &requests[k % requests.len()];
+                k += 1;
+                let mut spec = Speculative::with_shared(&config, scope).unwrap();
+                let mut history = text[..500].to_vec();
+                spec.begin(&history);
+                for &last in &text[500..] {
+                    // Every draft rejected: the history grows by `last` only.
+                    black_box(spec.draft(&history, last).len());
+                    history.push(last);
+                }
+                spec.end_request();
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Save, load, export and import of a memory filled to its default budget
+/// (256 MiB: 2 Mi tokens).
+fn bench_memory_file(c: &mut Criterion) {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    // Requests of random tokens: none repeats another, so all are held
+    // (a request whose text the memory holds already is not published again).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let text: Vec<Token> = (0..1usize << 21)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            Token::try_from(x % 150_000).unwrap_or(0)
+        })
+        .collect();
+    for part in text.chunks(1 << 16) {
+        let mut spec = Speculative::with_shared(&config, &shared).unwrap();
+        spec.begin(part);
+        spec.end_request();
+    }
+    let path = std::env::temp_dir().join(format!("selfspec-bench-{}.mem", std::process::id()));
+    shared.save(&path).unwrap();
+    assert_eq!(shared.stats().memory_tokens, 1 << 21, "the memory is full");
+    let (delta, _) = shared.export_since(&selfspec::Cursor::default());
+    let mut group = c.benchmark_group("memory-file-256MiB");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Bytes(std::fs::metadata(&path).map_or(0, |m| m.len())));
+    group.bench_function("save", |b| b.iter(|| shared.save(&path).unwrap()));
+    group.bench_function("load", |b| b.iter(|| black_box(Shared::load(&config, &path).unwrap())));
+    group.bench_function("export", |b| {
+        b.iter(|| black_box(shared.export_since(&selfspec::Cursor::default()).0.len()))
+    });
+    group.bench_function("import", |b| {
+        b.iter_batched(
+            || Shared::new(&config).unwrap(),
+            |fresh| fresh.import(&delta).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+    std::fs::remove_file(&path).ok();
+}
+
 criterion_group!(
     benches,
+    bench_scopes,
+    bench_memory_file,
     bench_concurrency,
     bench_memory_append,
     bench_draft,

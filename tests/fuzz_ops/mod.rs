@@ -266,6 +266,42 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// `Shared::import` of a valid delta (requests in two scopes) with up to
+/// three mutations and its checksum recomputed: a typed error that adds
+/// nothing, or an import after which the engine drafts and exports.
+fn import(config: &Config, b: &mut Bytes<'_>) {
+    let source = Shared::new(config).unwrap();
+    for r in 0..3u32 {
+        let scope = source.scope(if r == 0 { "" } else { "t" });
+        let mut spec = Speculative::with_shared(config, &scope).unwrap();
+        let prompt: Vec<Token> = (0..40).map(|i| (i * 5 + r) % 17).collect();
+        spec.begin(&prompt);
+        spec.end_request();
+    }
+    let (mut delta, _) = source.export_since(&selfspec::Cursor::default());
+    let body = delta.len() - 8;
+    for _ in 0..b.byte() % 4 {
+        let at = (b.u32() as usize) % body;
+        delta[at] ^= b.byte() | 1;
+    }
+    let checksum = fnv1a(&delta[..body]);
+    delta[body..].copy_from_slice(&checksum.to_le_bytes());
+    let target = Shared::new(config).unwrap();
+    match target.import(&delta) {
+        Ok(()) => {
+            let mut spec = Speculative::with_shared(config, &target.scope("t")).unwrap();
+            spec.begin(&[1, 2, 3]);
+            let _ = spec.draft(&[1, 2, 3], 1);
+            let _ = target.export_since(&selfspec::Cursor::default());
+            let _ = target.to_bytes();
+        }
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            assert_eq!(target.engine_heap_bytes(), 0, "a bad delta added something");
+        }
+    }
+}
+
 /// `Shared::from_bytes` (what `Shared::load` reads) on arbitrary bytes: a
 /// typed error or a memory that drafts and saves again, never a panic. The
 /// first byte picks the input: the raw bytes; a valid header followed by
@@ -281,7 +317,11 @@ pub fn load(data: &[u8]) {
     ])
     .with_pool_size(64);
     let mut b = Bytes(data);
-    let bytes = match b.byte() % 3 {
+    let pick = b.byte() % 4;
+    if pick == 3 {
+        return import(&config, &mut b);
+    }
+    let bytes = match pick {
         0 => data.to_vec(),
         1 => {
             let mut valid = Shared::new(&config).unwrap().to_bytes();
