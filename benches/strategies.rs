@@ -822,9 +822,13 @@ fn bench_memory_file(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory-file-256MiB");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(10));
-    group.throughput(Throughput::Bytes(std::fs::metadata(&path).map_or(0, |m| m.len())));
+    group.throughput(Throughput::Bytes(
+        std::fs::metadata(&path).map_or(0, |m| m.len()),
+    ));
     group.bench_function("save", |b| b.iter(|| shared.save(&path).unwrap()));
-    group.bench_function("load", |b| b.iter(|| black_box(Shared::load(&config, &path).unwrap())));
+    group.bench_function("load", |b| {
+        b.iter(|| black_box(Shared::load(&config, &path).unwrap()))
+    });
     group.bench_function("export", |b| {
         b.iter(|| black_box(shared.export_since(&selfspec::Cursor::default()).0.len()))
     });

@@ -1,0 +1,174 @@
+//! Replicas that learn together, with files in a directory as the
+//! transport: two engine replicas serve a workload's sessions alternately;
+//! after every 8 requests each writes what it learned since its last export
+//! (`Shared::export_since`) to a file, and imports the other's
+//! (`Shared::import`). Prints tau against one engine that served every
+//! session, and against replicas that never exchange.
+//!
+//! ```text
+//! cargo run --release --example replicas                 # sample-code
+//! cargo run --release --example replicas -- FILE.jsonl [EVERY]
+//! ```
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use common::{Out, Result};
+use selfspec::replay::Session;
+use selfspec::{verify, Config, Cursor, Shared, Speculative, Token};
+
+const USAGE: &str = "usage: replicas [FILE.jsonl [EVERY]]";
+const HELP: &str =
+    "replicas: two engine replicas exchanging what they learned through files, against one engine
+
+usage: replicas [FILE.jsonl [EVERY]]
+  FILE.jsonl   workload (JSON Lines, docs/replay.md); default: sample-code
+  EVERY        requests between exchanges, 1..=10000; default 8
+  -h, --help   this text
+";
+
+/// One request under greedy verification against its recorded output:
+/// (tokens, forward passes).
+fn serve(
+    config: &Config,
+    shared: &Shared,
+    prompt: &[Token],
+    output: &[Token],
+) -> Result<(u64, u64)> {
+    let mut spec = Speculative::with_shared(config, shared)?;
+    let mut history = prompt.to_vec();
+    spec.begin(&history);
+    let (mut i, mut passes) = (0, 0);
+    while i < output.len() {
+        let last = output[i];
+        let n = verify::greedy(spec.draft(&history, last), &output[i + 1..]);
+        spec.accept(n);
+        history.extend_from_slice(&output[i..=i + n]);
+        i += n + 1;
+        passes += 1;
+    }
+    spec.end_request();
+    Ok((output.len() as u64, passes))
+}
+
+/// One replica: its engine, and where its last export ended.
+struct Replica {
+    shared: Shared,
+    cursor: Cursor,
+}
+
+impl Replica {
+    /// Writes what it learned since its last export to `dir/NAME.delta`.
+    fn publish(&mut self, dir: &Path, name: &str) -> Result {
+        let (delta, next) = self.shared.export_since(&self.cursor);
+        let tmp = dir.join(format!("{name}.delta.tmp"));
+        std::fs::write(&tmp, &delta).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(format!("{name}.delta")))
+            .map_err(|e| format!("{name}.delta: {e}"))?;
+        self.cursor = next;
+        Ok(())
+    }
+
+    /// Imports the other replica's last delta, if it wrote one.
+    fn take(&self, dir: &Path, from: &str) -> Result {
+        let path = dir.join(format!("{from}.delta"));
+        if let Ok(delta) = std::fs::read(&path) {
+            self.shared.import(&delta)?;
+            std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// tau of the two replicas (exchanging every `every` requests, or never).
+fn replicas(
+    config: &Config,
+    sessions: &[Session],
+    every: Option<usize>,
+    dir: &Path,
+) -> Result<f64> {
+    let mut pair = [
+        Replica {
+            shared: Shared::new(config)?,
+            cursor: Cursor::default(),
+        },
+        Replica {
+            shared: Shared::new(config)?,
+            cursor: Cursor::default(),
+        },
+    ];
+    let names = ["a", "b"];
+    let (mut tokens, mut passes, mut served) = (0, 0, 0);
+    for (i, session) in sessions.iter().enumerate() {
+        for r in &session.requests {
+            let (t, p) = serve(config, &pair[i % 2].shared, &r.prompt, &r.output)?;
+            (tokens, passes) = (tokens + t, passes + p);
+            served += 1;
+            if every.is_some_and(|n| served % n == 0) {
+                for k in 0..2 {
+                    pair[k].publish(dir, names[k])?;
+                }
+                for k in 0..2 {
+                    pair[k].take(dir, names[1 - k])?;
+                }
+            }
+        }
+    }
+    Ok(tokens as f64 / passes.max(1) as f64)
+}
+
+fn run(out: &mut Out) -> Result {
+    let args = common::positional(USAGE, HELP, 2)?;
+    let every = common::count(args.get(1), "EVERY", 8, 10_000)?;
+    let (name, sessions) = match args.first() {
+        Some(file) => (file.clone(), common::read(file)?),
+        None => (
+            "sample-code".to_string(),
+            common::samples()?
+                .into_iter()
+                .find(|(n, _)| n == "sample-code")
+                .map(|(_, s)| s)
+                .unwrap_or_default(),
+        ),
+    };
+    let config = Config::recommended();
+    let dir = std::env::temp_dir().join(format!("selfspec-replicas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let one = Shared::new(&config)?;
+    let (mut tokens, mut passes) = (0, 0);
+    for r in sessions.iter().flat_map(|s| &s.requests) {
+        let (t, p) = serve(&config, &one, &r.prompt, &r.output)?;
+        (tokens, passes) = (tokens + t, passes + p);
+    }
+    let one = tokens as f64 / passes.max(1) as f64;
+    let together = replicas(&config, &sessions, Some(every), &dir)?;
+    let apart = replicas(&config, &sessions, None, &dir)?;
+    std::fs::remove_dir_all(&dir).ok();
+    writeln!(
+        out,
+        "{name}: {} sessions, recall (Config::recommended()), tau",
+        sessions.len()
+    )?;
+    writeln!(
+        out,
+        "  one engine serving every session:            {one:.3}"
+    )?;
+    writeln!(
+        out,
+        "  two replicas, deltas exchanged every {every:<3}:  {together:.3} ({:.3}x)",
+        together / one
+    )?;
+    writeln!(
+        out,
+        "  two replicas that never exchange:            {apart:.3} ({:.3}x)",
+        apart / one
+    )?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    common::main("replicas", run)
+}
