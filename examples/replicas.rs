@@ -152,20 +152,15 @@ fn run(out: &mut Out) -> Result {
         "{name}: {} sessions, recall (Config::recommended()), tau",
         sessions.len()
     )?;
-    writeln!(
-        out,
-        "  one engine serving every session:            {one:.3}"
-    )?;
-    writeln!(
-        out,
-        "  two replicas, deltas exchanged every {every:<3}:  {together:.3} ({:.3}x)",
-        together / one
-    )?;
-    writeln!(
-        out,
-        "  two replicas that never exchange:            {apart:.3} ({:.3}x)",
-        apart / one
-    )?;
+    let exchanging = format!("two replicas, deltas exchanged every {every} requests:");
+    let rows = [
+        ("one engine serving every session:".to_string(), one),
+        (exchanging, together),
+        ("two replicas that never exchange:".to_string(), apart),
+    ];
+    for (label, tau) in rows {
+        writeln!(out, "  {label:<52} {tau:.3} ({:.3}x)", tau / one)?;
+    }
     Ok(())
 }
 
