@@ -303,25 +303,26 @@ pub struct KindFigures {
     pub accepted: u64,
 }
 
+/// `a / b`, 0 when `b` is 0 (a replay that generated or drafted nothing).
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
 impl KindFigures {
     /// Tokens per target forward pass (0 when nothing was generated).
     #[must_use]
     pub fn tau(&self) -> f64 {
-        if self.steps == 0 {
-            0.0
-        } else {
-            self.tokens as f64 / self.steps as f64
-        }
+        ratio(self.tokens, self.steps)
     }
 
     /// Accepted / drafted tokens (0 without drafts).
     #[must_use]
     pub fn acceptance(&self) -> f64 {
-        if self.drafted == 0 {
-            0.0
-        } else {
-            self.accepted as f64 / self.drafted as f64
-        }
+        ratio(self.accepted, self.drafted)
     }
 }
 
@@ -355,21 +356,13 @@ impl ReplayReport {
     /// Tokens per target forward pass (1.0 = no gain; 0 when nothing was generated).
     #[must_use]
     pub fn tau(&self) -> f64 {
-        if self.steps == 0 {
-            0.0
-        } else {
-            self.tokens as f64 / self.steps as f64
-        }
+        ratio(self.tokens, self.steps)
     }
 
     /// Accepted draft tokens / drafted tokens (0 when nothing was drafted).
     #[must_use]
     pub fn acceptance(&self) -> f64 {
-        if self.drafted == 0 {
-            0.0
-        } else {
-            self.accepted as f64 / self.drafted as f64
-        }
+        ratio(self.accepted, self.drafted)
     }
 
     /// Mean time of a draft call, in microseconds.

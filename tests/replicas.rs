@@ -9,20 +9,8 @@ use selfspec::{Config, Cursor, Shared, Speculative, Token};
 /// (tokens, forward passes) of one request under greedy verification.
 fn serve(config: &Config, shared: &Shared, prompt: &[Token], output: &[Token]) -> (u64, u64) {
     let mut spec = Speculative::with_shared(config, shared).unwrap();
-    let mut history = prompt.to_vec();
-    spec.begin(&history);
-    let (mut i, mut steps) = (0, 0);
-    while i < output.len() {
-        let last = output[i];
-        let draft = spec.draft(&history, last);
-        let n = selfspec::verify::greedy(draft, &output[i + 1..]);
-        spec.accept(n);
-        history.extend_from_slice(&output[i..=i + n]);
-        i += n + 1;
-        steps += 1;
-    }
-    spec.end_request();
-    (output.len() as u64, steps)
+    let (_, passes) = common::greedy_request(&mut spec, prompt, output);
+    (output.len() as u64, passes)
 }
 
 /// tau of one engine serving every session in order, and of two replicas

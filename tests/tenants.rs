@@ -15,20 +15,7 @@ fn token(rng: &mut Rng, base: u64, n: u64) -> Token {
 /// A request generating `output` after `prompt` under greedy verification
 /// against it: the draft tokens accepted.
 fn generate(spec: &mut Speculative, prompt: &[Token], output: &[Token]) -> usize {
-    let mut history = prompt.to_vec();
-    spec.begin(&history);
-    let (mut i, mut accepted) = (0, 0);
-    while i < output.len() {
-        let last = output[i];
-        let draft = spec.draft(&history, last);
-        let n = selfspec::verify::greedy(draft, &output[i + 1..]);
-        spec.accept(n);
-        history.extend_from_slice(&output[i..=i + n]);
-        accepted += n;
-        i += n + 1;
-    }
-    spec.end_request();
-    accepted
+    common::greedy_request(spec, prompt, output).0
 }
 
 /// Tenant A generates a random 300-token secret after a common prefix;

@@ -528,62 +528,19 @@ type ScopePart<'a> = (&'a str, u64, &'a [u8]);
 /// file; the container's sizes and checksum checked.
 fn scope_parts<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopePart<'a>>, Error> {
     let fail = |offset: usize, problem| error(path, offset as u64, problem);
-    let truncated = |at: usize| {
-        fail(
-            at,
-            Problem::Truncated {
-                expected: at as u64 + 8,
-                found: bytes.len() as u64,
-            },
-        )
-    };
-    if bytes.len() < 24 {
-        return Err(truncated(bytes.len()));
-    }
-    let body = bytes.len() - 8;
-    let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
-    let computed = fnv1a(&bytes[..body]);
-    if stored != computed {
-        return Err(fail(body, Problem::Checksum { stored, computed }));
-    }
-    let mut r = Reader {
-        bytes: &bytes[..body],
-        at: 8,
-    };
-    let version = r.u32().unwrap_or(0);
-    if version != SCOPES_VERSION {
-        return Err(fail(
-            8,
-            Problem::Version {
-                found: version,
-                supported: SCOPES_VERSION,
-            },
-        ));
-    }
+    let truncated = |at: usize| truncated_at(path, at, bytes.len());
+    let mut r = open_container(path, bytes, SCOPES_MAGIC, SCOPES_VERSION)?;
+    let body = r.bytes.len();
     let count = r.u32().unwrap_or(0);
     let mut parts = Vec::new();
     let mut names: Vec<&str> = Vec::new();
     for _ in 0..count {
-        let at = r.at;
-        let len = r.u32().ok_or_else(|| truncated(at))? as usize;
-        let name = r
-            .bytes
-            .get(r.at..r.at.saturating_add(len))
-            .ok_or_else(|| truncated(r.at))?;
-        let name = std::str::from_utf8(name).map_err(|_| {
-            fail(
-                r.at,
-                Problem::Corrupt {
-                    what: "a scope name that is not UTF-8",
-                },
-            )
-        })?;
+        let name = read_name(&mut r, path, bytes.len())?;
         if names.contains(&name) {
             let what = "a scope saved twice";
             return Err(fail(r.at, Problem::Corrupt { what }));
         }
         names.push(name);
-        r.at += len;
         let blob_len = r.u64().ok_or_else(|| truncated(r.at))?;
         let blob_len = usize::try_from(blob_len).map_err(|_| truncated(r.at))?;
         let start = r.at;
@@ -626,4 +583,71 @@ fn temporary_beside(path: &Path) -> std::path::PathBuf {
         .file_name()
         .map_or_else(|| "memory".into(), |n| n.to_string_lossy());
     path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+}
+
+/// A truncation at `at` of a file of `len` bytes.
+pub(super) fn truncated_at(path: &Path, at: usize, len: usize) -> Error {
+    error(
+        path,
+        at as u64,
+        Problem::Truncated {
+            expected: at as u64 + 8,
+            found: len as u64,
+        },
+    )
+}
+
+/// Checks a container's magic, size, checksum and version (the formats of
+/// several parts: scope files, replica deltas): a reader of its body after
+/// the version.
+pub(super) fn open_container<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    version: u32,
+) -> Result<Reader<'a>, Error> {
+    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    if bytes.len() < 8 || &bytes[..8] != magic {
+        return Err(fail(0, Problem::NotAMemoryFile));
+    }
+    if bytes.len() < 24 {
+        return Err(truncated_at(path, bytes.len(), bytes.len()));
+    }
+    let body = bytes.len() - 8;
+    let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
+    let computed = fnv1a(&bytes[..body]);
+    if stored != computed {
+        return Err(fail(body, Problem::Checksum { stored, computed }));
+    }
+    let mut r = Reader {
+        bytes: &bytes[..body],
+        at: 8,
+    };
+    let found = r.u32().unwrap_or(0);
+    if found != version {
+        return Err(fail(
+            8,
+            Problem::Version {
+                found,
+                supported: version,
+            },
+        ));
+    }
+    Ok(r)
+}
+
+/// A scope name (u32 length, UTF-8) at the reader's position.
+pub(super) fn read_name<'a>(r: &mut Reader<'a>, path: &Path, len: usize) -> Result<&'a str, Error> {
+    let at = r.at;
+    let n = r.u32().ok_or_else(|| truncated_at(path, at, len))? as usize;
+    let bytes: &'a [u8] = r.bytes;
+    let name = bytes
+        .get(r.at..r.at.saturating_add(n))
+        .ok_or_else(|| truncated_at(path, r.at, len))?;
+    let name = std::str::from_utf8(name).map_err(|_| {
+        let what = "a scope name that is not UTF-8";
+        error(path, r.at as u64, Problem::Corrupt { what })
+    })?;
+    r.at += n;
+    Ok(name)
 }

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::file::{fnv1a, Reader};
+use super::file::{fnv1a, open_container, read_name, truncated_at};
 use super::Shared;
 use crate::error::MemoryFileProblem as Problem;
 use crate::token::Token;
@@ -134,60 +134,13 @@ fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopeRuns<'a>>, Error> 
         offset: offset as u64,
         problem,
     };
-    if bytes.len() < 8 || &bytes[..8] != MAGIC {
-        return Err(fail(0, Problem::NotAMemoryFile));
-    }
-    if bytes.len() < 24 {
-        return Err(fail(
-            bytes.len(),
-            Problem::Truncated {
-                expected: 24,
-                found: bytes.len() as u64,
-            },
-        ));
-    }
-    let body = bytes.len() - 8;
-    let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
-    let computed = fnv1a(&bytes[..body]);
-    if stored != computed {
-        return Err(fail(body, Problem::Checksum { stored, computed }));
-    }
-    let mut r = Reader {
-        bytes: &bytes[..body],
-        at: 8,
-    };
-    let version = r.u32().unwrap_or(0);
-    if version != VERSION {
-        return Err(fail(
-            8,
-            Problem::Version {
-                found: version,
-                supported: VERSION,
-            },
-        ));
-    }
-    let truncated = |at: usize| {
-        fail(
-            at,
-            Problem::Truncated {
-                expected: at as u64 + 8,
-                found: bytes.len() as u64,
-            },
-        )
-    };
+    let truncated = |at: usize| truncated_at(path, at, bytes.len());
+    let mut r = open_container(path, bytes, MAGIC, VERSION)?;
+    let body = r.bytes.len();
     let n_scopes = r.u32().ok_or_else(|| truncated(r.at))?;
     let mut out = Vec::new();
     for _ in 0..n_scopes {
-        let len = r.u32().ok_or_else(|| truncated(r.at))? as usize;
-        let name = r
-            .bytes
-            .get(r.at..r.at.saturating_add(len))
-            .ok_or_else(|| truncated(r.at))?;
-        let name = std::str::from_utf8(name).map_err(|_| {
-            let what = "a scope name that is not UTF-8";
-            fail(r.at, Problem::Corrupt { what })
-        })?;
-        r.at += len;
+        let name = read_name(&mut r, path, bytes.len())?;
         let n_runs = r.u64().ok_or_else(|| truncated(r.at))?;
         let mut runs = Vec::new();
         for _ in 0..n_runs {

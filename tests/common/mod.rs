@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use selfspec::replay::Session;
 #[cfg(feature = "replay")]
 use selfspec::{DraftLimits, Drafter};
-use selfspec::{Strategy, Token};
+use selfspec::{Speculative, Strategy, Token};
 
 /// The sessions of a workload file (JSON Lines, one session per line).
 #[cfg(feature = "replay")]
@@ -132,4 +132,24 @@ pub fn every_strategy() -> Vec<Strategy> {
             threshold_permille: 130,
         },
     ]
+}
+
+/// One request under greedy verification against its recorded `output`
+/// (`begin`, draft / accept until it is generated, `end_request`): the
+/// draft tokens accepted and the forward passes taken.
+pub fn greedy_request(spec: &mut Speculative, prompt: &[Token], output: &[Token]) -> (usize, u64) {
+    let mut history = prompt.to_vec();
+    spec.begin(&history);
+    let (mut i, mut accepted, mut passes) = (0, 0, 0);
+    while i < output.len() {
+        let last = output[i];
+        let n = selfspec::verify::greedy(spec.draft(&history, last), &output[i + 1..]);
+        spec.accept(n);
+        history.extend_from_slice(&output[i..=i + n]);
+        accepted += n;
+        i += n + 1;
+        passes += 1;
+    }
+    spec.end_request();
+    (accepted, passes)
 }
