@@ -71,7 +71,8 @@ pub struct Shared {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Budget {
-    /// recall's engine-wide memory of earlier requests: default 256 MiB
+    /// recall's memory of earlier requests, in each scope (for an engine
+    /// without scopes, the whole memory): default 256 MiB
     /// ([`DEFAULT_MEMORY_BUDGET`](crate::config::DEFAULT_MEMORY_BUDGET)), 2 Mi tokens.
     pub memory: usize,
     /// recall's per-sequence index of the current session: default 64 MiB
