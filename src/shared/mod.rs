@@ -51,10 +51,11 @@ pub struct Shared {
     scope: Arc<Scope>,
 }
 
-/// How much memory recall may hold: the engine-wide memory and each
-/// sequence's own index (bytes; 84 per token, rounded down to a power of
-/// two of tokens). Memory is forgotten oldest first, never wiped: the
-/// engine-wide memory forgets the oldest requests, a sequence's index the
+/// How much memory recall may hold: each scope's memory, all scopes
+/// together, and each sequence's own index (bytes; 84 per token, rounded
+/// down to a power of two of tokens). Memory is forgotten oldest first,
+/// never wiped: a scope's memory forgets its oldest requests, an engine
+/// over [`engine`](Budget::engine) its least recently used scopes, a sequence's index the
 /// oldest half of a session longer than its budget (the request in flight
 /// keeps its recent history; a prompt larger than the budget is indexed as
 /// far as the budget allows, its most recent part).
