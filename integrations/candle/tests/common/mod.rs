@@ -43,18 +43,8 @@ pub fn load(random: &RandomModel) -> Model {
     Model::load(&weights, &config).expect("load the safetensors file")
 }
 
-/// Deterministic pseudo-random tokens below `vocab`.
-pub fn random_tokens(seed: u64, n: usize, vocab: u32) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            u32::try_from(x % u64::from(vocab)).unwrap()
-        })
-        .collect()
-}
+#[allow(unused_imports)] // not every test uses it
+pub use selfspec_candle::random::random_tokens;
 
 /// `block` repeated `times` times.
 pub fn repeated(block: &[u32], times: usize) -> Vec<u32> {
