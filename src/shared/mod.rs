@@ -132,6 +132,11 @@ struct Inner {
     saving: Mutex<()>,
 }
 
+/// A scope's heap beyond its memory's tokens and its pool: the smallest
+/// bucket arrays and the learned tables (the bound `tests/engine_memory.rs`
+/// checks).
+const SCOPE_OVERHEAD: usize = 8 * 4096 * 4 + (16 << 10);
+
 /// One tenant's learned state: what its drafters read and feed, and
 /// nothing of any other scope's.
 #[derive(Debug)]
@@ -428,6 +433,13 @@ impl Shared {
     pub(crate) fn enforce_engine_budget(&self) {
         let limit = self.inner.budget.engine;
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        // No scope can be over when all of them full would fit (the usual
+        // case: a few scopes): no scope's memory is read then.
+        let most =
+            self.inner.budget.memory + self.inner.pool_size.saturating_mul(8) + SCOPE_OVERHEAD;
+        if (scopes.len() + 1).saturating_mul(most) <= limit {
+            return;
+        }
         let mut total: usize =
             self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>();
         while total > limit {

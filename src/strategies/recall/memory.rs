@@ -329,10 +329,15 @@ impl RecallMemory {
     /// Appends another replica's run (see
     /// [`runs_since`](RecallMemory::runs_since)): an export leaves it out.
     pub(crate) fn import_run(&self, context: &[Token], tokens: &[Token]) {
-        let start = self.append_after(context, tokens);
-        let end = start + tokens.len() as u64;
-        let mut w = lock(&self.writer);
-        let floor = self.floor.load(Ordering::Acquire);
+        if tokens.is_empty() {
+            return;
+        }
+        // One lock for the append and its record, so no export sees the
+        // run without knowing it was imported.
+        let mut w = self.writer();
+        let start = self.append_locked(&mut w, context, tokens, true);
+        let end = self.end.load(Ordering::Relaxed);
+        let floor = self.floor.load(Ordering::Relaxed);
         while w.imported.front().is_some_and(|&(_, b)| b <= floor) {
             w.imported.pop_front();
         }
@@ -411,7 +416,15 @@ impl RecallMemory {
         if tokens.is_empty() {
             return self.end.load(Ordering::Acquire);
         }
-        let w = match self.writer.try_lock() {
+        let mut w = self.writer();
+        self.append_locked(&mut w, context, tokens, true)
+    }
+
+    /// The writer lock, for an append that may wait: a wait is counted
+    /// (by the waiting writer only, so readers and the holder gain no
+    /// shared writes).
+    fn writer(&self) -> crate::sync::MutexGuard<'_, Writer> {
+        match self.writer.try_lock() {
             Ok(w) => w,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
@@ -423,8 +436,7 @@ impl RecallMemory {
                 self.waits[2].fetch_max(waited, Ordering::Relaxed);
                 w
             }
-        };
-        self.append_locked(w, context, tokens, true)
+        }
     }
 
     /// How often and how long appends waited for another writer.
@@ -466,12 +478,13 @@ impl RecallMemory {
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        Some(self.append_locked(w, context, tokens, false))
+        let mut w = w;
+        Some(self.append_locked(&mut w, context, tokens, false))
     }
 
     fn append_locked(
         &self,
-        mut w: crate::sync::MutexGuard<'_, Writer>,
+        w: &mut Writer,
         context: &[Token],
         tokens: &[Token],
         may_grow: bool,
@@ -504,7 +517,7 @@ impl RecallMemory {
             hasher.roll(rolling, 0, i as u64, |j| context[ix(j)]);
         }
         for (p, &t) in (start..).zip(tokens) {
-            self.write(&tables, &mut w, p, t, (virtual_start, context));
+            self.write(&tables, w, p, t, (virtual_start, context));
         }
         self.end.store(new_end, Ordering::Release);
         start
