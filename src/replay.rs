@@ -327,9 +327,10 @@ impl KindFigures {
 }
 
 impl ReplayReport {
-    /// The entry of `kind` (added on first use).
-    fn kind(&mut self, kind: &str) -> &mut KindFigures {
-        let i = match self.kinds.iter().position(|k| k.kind == kind) {
+    /// The index in `kinds` of `kind` (added on first use), looked up once
+    /// per request.
+    fn kind(&mut self, kind: &str) -> usize {
+        match self.kinds.iter().position(|k| k.kind == kind) {
             Some(i) => i,
             None => {
                 self.kinds.push(KindFigures {
@@ -338,21 +339,19 @@ impl ReplayReport {
                 });
                 self.kinds.len() - 1
             }
-        };
-        &mut self.kinds[i]
+        }
     }
 
-    /// Counts one step of a session of `kind`: `drafted` tokens offered,
-    /// `accepted` kept.
-    fn count_step(&mut self, kind: &str, drafted: usize, accepted: usize) {
-        let k = self.kind(kind);
+    /// Counts one step of a session of kind `k` (an index from
+    /// [`kind`](ReplayReport::kind)): `drafted` tokens offered, `accepted`
+    /// kept.
+    fn count_step(&mut self, k: usize, drafted: usize, accepted: usize) {
+        let k = &mut self.kinds[k];
         k.steps += 1;
         k.drafted += drafted as u64;
         k.accepted += accepted as u64;
     }
-}
 
-impl ReplayReport {
     /// Tokens per target forward pass (1.0 = no gain; 0 when nothing was generated).
     #[must_use]
     pub fn tau(&self) -> f64 {
@@ -399,7 +398,8 @@ pub fn replay_observed(
         for (r, request) in session.requests.iter().enumerate() {
             report.requests += 1;
             report.tokens += request.output.len() as u64;
-            report.kind(&session.kind).tokens += request.output.len() as u64;
+            let kind = report.kind(&session.kind);
+            report.kinds[kind].tokens += request.output.len() as u64;
             history.clear();
             history.extend_from_slice(&request.prompt);
             spec.begin(&history);
@@ -433,7 +433,7 @@ pub fn replay_observed(
                     report.drafted += draft.len() as u64;
                     report.accepted += n_accepted as u64;
                 }
-                report.count_step(&session.kind, draft.len(), n_accepted);
+                report.count_step(kind, draft.len(), n_accepted);
                 observe(&step);
                 spec.accept(n_accepted);
                 history.extend_from_slice(&output[i..i + n_accepted + 1]);
@@ -529,6 +529,8 @@ impl std::fmt::Display for Engine {
 struct Slot {
     spec: Option<Speculative>,
     session: usize,
+    /// Its session's index in the report's `kinds`.
+    kind: usize,
     request: usize,
     history: Vec<Token>,
     /// Index in the output of the last sampled token.
@@ -576,7 +578,8 @@ impl EngineReplay<'_> {
         let request = &self.sessions[s].requests[r];
         self.report.requests += 1;
         self.report.tokens += request.output.len() as u64;
-        self.report.kind(&self.sessions[s].kind).tokens += request.output.len() as u64;
+        slot.kind = self.report.kind(&self.sessions[s].kind);
+        self.report.kinds[slot.kind].tokens += request.output.len() as u64;
         slot.session = s;
         slot.request = r;
         slot.i = 0;
@@ -607,8 +610,7 @@ impl EngineReplay<'_> {
             let drafted = draft.len();
             slot.history
                 .extend_from_slice(&output[slot.i..=slot.i + n_accepted]);
-            self.report
-                .count_step(&sessions[slot.session].kind, drafted, n_accepted);
+            self.report.count_step(slot.kind, drafted, n_accepted);
             spec.accept(n_accepted);
             slot.i += n_accepted + 1;
             self.report.steps += 1;
@@ -681,6 +683,7 @@ pub fn replay_engine(
                 Some(run.new_spec()?)
             },
             session: 0,
+            kind: 0,
             request: 0,
             history: Vec::new(),
             i: 0,
