@@ -20,6 +20,9 @@ pub(super) struct Work {
     pub(super) sources: Vec<Pos>,
     /// Each drafted token's calibrated probability of acceptance.
     pub(super) probabilities: Vec<f64>,
+    /// Per draft position searched, the longest order worth probing one
+    /// position later (see [`Recall::draft_tokens`]).
+    pub(super) tops: Vec<usize>,
 }
 
 /// The prior of a token's acceptance (before its calibration cell has
@@ -74,6 +77,7 @@ impl Work {
         self.pending.clear();
         self.sources.clear();
         self.probabilities.clear();
+        self.tops.clear();
     }
 
     /// Scores the distinct continuations of the occurrences in `scratch`

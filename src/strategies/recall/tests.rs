@@ -1,6 +1,7 @@
 //! recall's unit tests.
 
 use super::*;
+use crate::index::low32;
 
 fn draft(r: &mut Recall, history: &[Token], last: Token, max: usize) -> Vec<Token> {
     let mut out = Vec::new();
@@ -161,4 +162,70 @@ fn writer_waits_are_counted_on_the_writers_side() {
     let waits = memory.waits();
     assert_eq!(waits.count, 1);
     assert!(waits.longest_ns > 0 && waits.total_ns == waits.longest_ns);
+}
+
+/// Text made of `phrases` phrases of 2 to 20 tokens, picked at random, so
+/// that contexts repeat at every order; a seeded LCG.
+fn phrase_text(seed: u64, phrases: usize, len: usize) -> Vec<Token> {
+    let mut state = seed;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    let book: Vec<Vec<Token>> = (0..phrases)
+        .map(|_| (0..2 + next(19)).map(|_| low32(next(500))).collect())
+        .collect();
+    let mut text = Vec::with_capacity(len + 20);
+    while text.len() < len {
+        text.extend_from_slice(&book[ix(next(phrases as u64))]);
+    }
+    text.truncate(len);
+    text
+}
+
+/// Starting a call's order search from the bound the last call left skips
+/// only orders that cannot match: with a memory that does not change
+/// between calls, the drafts are the same as with a search from the
+/// longest order, request after request.
+#[test]
+fn the_order_bound_across_calls_changes_no_draft() {
+    for (seed, phrases) in [(1, 8), (2, 40), (3, 300)] {
+        let text = phrase_text(seed, phrases, 6000);
+        let mut drafters = [true, false].map(|carry| {
+            let mut r = Recall::new(0.13);
+            r.carry_top = carry;
+            r
+        });
+        let mut drafted = 0;
+        // Three requests: each prompt is the history so far plus new text.
+        for (prompt_end, end) in [(300, 2000), (2500, 4000), (4200, 6000)] {
+            for r in &mut drafters {
+                r.begin(&text[..prompt_end]);
+            }
+            let mut len = prompt_end;
+            while len < end {
+                let (history, last) = (&text[..len - 1], text[len - 1]);
+                let drafts = drafters.each_mut().map(|r| draft(r, history, last, 16));
+                assert_eq!(drafts[0], drafts[1], "seed {seed}, at {len}");
+                let n = drafts[0]
+                    .iter()
+                    .zip(&text[len..])
+                    .take_while(|(d, t)| d == t)
+                    .count();
+                if n > 0 {
+                    for r in &mut drafters {
+                        r.accept(n);
+                    }
+                }
+                drafted += drafts[0].len();
+                len += n + 1;
+            }
+            for r in &mut drafters {
+                r.end_request();
+            }
+        }
+        assert!(drafted > 1000, "seed {seed}: {drafted} drafted");
+    }
 }
