@@ -5,13 +5,17 @@
 //! cargo run --release --example replay                      # embedded samples, every strategy
 //! cargo run --release --example replay -- FILE.jsonl ... \
 //!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N] \
-//!     [--per-kind] [--json] [--verbose] [--slots N] [--fresh] [--memory FILE]
+//!     [--per-kind] [--json] [--verbose] [--slots N] [--fresh] [--memory FILE] [--repeat N]
 //! ```
 //!
 //! `--slots N` replays on an engine of N slots sharing one `Shared` (the
 //! "Concurrent engine" protocol of `REPLAY.md`), `--fresh` with a new drafter
 //! per request; `--memory FILE` loads the engine-wide memory from FILE if it
 //! exists and saves it there at the end (a restarted server starts warm).
+//! `--repeat N` replays each cell N times from a new state and reports the
+//! run with the median draft time (the figures are the same in every run):
+//! timings from one run are cold (first-touch page faults, cold caches) and
+//! vary by tens of percent on a shared machine.
 //!
 //! The first table sums everything up (rows: strategies, columns: samples);
 //! per-sample details follow. `--per-kind` replays each session kind of a
@@ -32,7 +36,7 @@ use selfspec::{Config, DrafterStats, Shared, Speculative, Strategy};
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
 [--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--verbose] \
-[--slots N] [--fresh] [--scope-per-session] [--memory FILE]";
+[--slots N] [--fresh] [--scope-per-session] [--memory FILE] [--repeat N]";
 
 const HELP: &str = "replay: selfspec's drafters over recorded generations; tau (tokens per target forward pass) and acceptance per strategy
 
@@ -46,6 +50,7 @@ usage: replay [FILE.jsonl ...] [options]
   --fresh               with --slots: a new drafter per request
   --scope-per-session   each session in a scope of its own (a new drafter per request)
   --memory FILE         load the engine-wide memory from FILE if it exists, save it there at the end
+  --repeat N            replay each cell N times (1..=1000), timings from the median run
   --per-kind            replay each session kind of a file separately
   --json                the figures and reports as JSON
   -v, --verbose         add llama.cpp's statistics lines
@@ -79,6 +84,8 @@ struct Options {
     scoped: bool,
     /// Load the engine-wide memory from this file if it exists; save it at the end.
     memory: Option<String>,
+    /// Replays per cell (the timings are the median run's).
+    repeat: Option<usize>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
@@ -116,12 +123,25 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
             "--fresh" => o.fresh = true,
             "--scope-per-session" => o.scoped = true,
             "--memory" => o.memory = Some(value(&arg)?),
+            "--repeat" => {
+                let v = value(&arg)?;
+                let n = number(&arg, v.clone())?;
+                if !(1..=1000).contains(&n) {
+                    return Err(format!("--repeat `{v}`: expected 1..=1000").into());
+                }
+                o.repeat = Some(n);
+            }
             "--help" | "-h" => return Err(Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }
             _ => o.files.push(arg),
         }
+    }
+    if o.repeat.is_some_and(|n| n > 1) && o.memory.is_some() {
+        return Err(
+            "--repeat with --memory: each run would start from the last one's file; use one".into(),
+        );
     }
     Ok(o)
 }
@@ -252,9 +272,19 @@ fn replay_all(
     Ok(runs)
 }
 
+/// `--repeat` replays of one cell: the run with the median draft time.
+fn replay_with(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run> {
+    let mut runs = Vec::new();
+    for _ in 0..o.repeat.unwrap_or(1) {
+        runs.push(replay_once(o, config, sessions)?);
+    }
+    runs.sort_by_key(|run| run.report.draft_time);
+    Ok(runs.swap_remove(runs.len() / 2))
+}
+
 /// One replay: sequential on one `Speculative`, or on an engine of slots
 /// over one `Shared` (loaded from and saved to `--memory FILE`).
-fn replay_with(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run> {
+fn replay_once(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run> {
     let engine = Engine {
         slots: o.slots.unwrap_or(1),
         fresh: o.fresh || o.scoped,
