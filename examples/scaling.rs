@@ -66,12 +66,13 @@ fn split(sessions: &[Session], n: usize) -> Vec<&[Session]> {
 }
 
 /// Replays `parts`, one thread each, on one `Shared` (or a `Shared` each):
-/// the wall time and the reports, in order.
+/// the wall time, the reports in order, and how often and how long (ns)
+/// appends waited for the memory's writer lock.
 fn run_parts(
     config: &Config,
     parts: &[&[Session]],
     private: bool,
-) -> Result<(Duration, Vec<ReplayReport>)> {
+) -> Result<(Duration, Vec<ReplayReport>, (u64, u64))> {
     let one = if private {
         None
     } else {
@@ -95,7 +96,18 @@ fn run_parts(
             .map(|r| r.join().expect("a replay thread panicked"))
             .collect::<std::result::Result<Vec<_>, _>>()
     })?;
-    Ok((t.elapsed(), reports))
+    let elapsed = t.elapsed();
+    // Appends that waited for another thread's: one `Shared`'s, or the sum.
+    let waits = if let Some(one) = &one {
+        let s = one.stats();
+        (s.writer_waits, s.writer_wait_ns)
+    } else {
+        handles.iter().fold((0, 0), |(n, ns), h| {
+            let s = h.stats();
+            (n + s.writer_waits, ns + s.writer_wait_ns)
+        })
+    };
+    Ok((elapsed, reports, waits))
 }
 
 /// One way of running the workload, timed over the rounds.
@@ -104,6 +116,10 @@ struct Mode {
     times: Vec<Duration>,
     /// Time in `draft` calls, summed over the threads, per round.
     draft_times: Vec<Duration>,
+    /// Time appends waited for the writer lock, per round.
+    wait_times: Vec<Duration>,
+    /// Appends that waited, over all rounds.
+    waits: u64,
     /// Tokens and forward passes over all rounds (threads on one `Shared`
     /// draft a little differently each round: what the memory holds when
     /// depends on timing).
@@ -117,13 +133,20 @@ impl Mode {
             name,
             times: Vec::new(),
             draft_times: Vec::new(),
+            wait_times: Vec::new(),
+            waits: 0,
             tokens: 0,
             steps: 0,
         }
     }
 
-    fn add(&mut self, (time, reports): (Duration, Vec<ReplayReport>)) {
+    fn add(
+        &mut self,
+        (time, reports, (waits, wait_ns)): (Duration, Vec<ReplayReport>, (u64, u64)),
+    ) {
         self.times.push(time);
+        self.waits += waits;
+        self.wait_times.push(Duration::from_nanos(wait_ns));
         self.draft_times
             .push(reports.iter().map(|r| r.draft_time).sum());
         self.tokens += reports.iter().map(|r| r.tokens).sum::<u64>();
@@ -181,22 +204,24 @@ fn report(
     }
     writeln!(
         out,
-        "  {:<32} {:>9} {:>9} {:>9} {:>12} {:>9} {:>7}",
-        "mode", "min ms", "median", "max", "tokens/s", "draft ms", "tau"
+        "  {:<32} {:>9} {:>9} {:>9} {:>12} {:>9} {:>9} {:>7}",
+        "mode", "min ms", "median", "max", "tokens/s", "draft ms", "wait ms", "tau"
     )?;
     for mode in &modes {
         let mut t: Vec<f64> = mode.times.iter().map(|&d| ms(d)).collect();
         let mid = median(&mut t);
         let mut drafting: Vec<f64> = mode.draft_times.iter().map(|&d| ms(d)).collect();
+        let mut waiting: Vec<f64> = mode.wait_times.iter().map(|&d| ms(d)).collect();
         writeln!(
             out,
-            "  {:<32} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>7.3}",
+            "  {:<32} {:>9.1} {:>9.1} {:>9.1} {:>12.0} {:>9.1} {:>9.2} {:>7.3}",
             mode.name,
             t[0],
             mid,
             t[t.len() - 1],
             tokens as f64 / (mid / 1e3),
             median(&mut drafting),
+            median(&mut waiting),
             mode.tokens as f64 / mode.steps.max(1) as f64,
         )?;
     }
