@@ -237,6 +237,14 @@ impl SeqIndex {
         &self.stream[at..]
     }
 
+    /// The tags of the contexts that the token at logical position `q`
+    /// continues, per order (meaningful for the orders whose context is
+    /// held whole, `q - floor >= k`); `None` outside `floor + 1..end`.
+    pub(super) fn tags_before(&self, q: u64) -> Option<[u32; K]> {
+        let entry = self.links.get(ix(q.checked_sub(self.base + 1)?))?;
+        Some(entry.map(|(tag, _)| tag))
+    }
+
     /// Forgets everything; logical positions go on from where they were.
     pub(super) fn clear(&mut self) {
         self.base += self.stream.len() as u64;

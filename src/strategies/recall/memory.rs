@@ -25,7 +25,9 @@ use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, O
 use crate::token::Token;
 
 use super::calibrate::{Calibration, CELLS};
-use super::index::{ix, tag_of, Chains, Hasher, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS};
+use super::index::{
+    ix, tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K, MAX_LOAD, MIN_BITS, ORDERS,
+};
 use super::score::Weights;
 use crate::index::low32;
 
@@ -335,7 +337,7 @@ impl RecallMemory {
         // One lock for the append and its record, so no export sees the
         // run without knowing it was imported.
         let mut w = self.writer();
-        let start = self.append_locked(&mut w, context, tokens, true);
+        let start = self.append_locked(&mut w, context, tokens, None, true);
         let end = self.end.load(Ordering::Relaxed);
         let floor = self.floor.load(Ordering::Relaxed);
         while w.imported.front().is_some_and(|&(_, b)| b <= floor) {
@@ -417,7 +419,48 @@ impl RecallMemory {
             return self.end.load(Ordering::Acquire);
         }
         let mut w = self.writer();
-        self.append_locked(&mut w, context, tokens, true)
+        self.append_locked(&mut w, context, tokens, None, true)
+    }
+
+    /// Appends the tokens `from..to` of a sequence's own index (at most
+    /// [`capacity`](RecallMemory::capacity) of them, the newest), after the
+    /// tokens before them as context: what a request publishes. The
+    /// contexts' tags are the ones the own index stored, not hashed again
+    /// (the same hash, so the same memory as
+    /// [`append_after`](RecallMemory::append_after) builds). In flight
+    /// (`wait` false, from a draft call), `None` (nothing appended) when
+    /// another writer holds the lock, so that a draft never waits for the
+    /// indexing of a long request; and the buckets do not grow (re-chaining
+    /// the whole memory would stall the draft), only at the next waiting
+    /// append. Returns the memory positions appended.
+    pub(super) fn append_own(
+        &self,
+        own: &SeqIndex,
+        from: u64,
+        to: u64,
+        wait: bool,
+    ) -> Option<std::ops::Range<u64>> {
+        let to = to.min(own.end());
+        let from = from.max(own.floor()).max(to.saturating_sub(self.capacity));
+        if from >= to {
+            let end = self.end.load(Ordering::Acquire);
+            return Some(end..end);
+        }
+        let before = from - (from - own.floor()).min(ORDERS[K - 1] as u64);
+        let held = own.tokens_from(before);
+        let held = &held[..held.len().min(ix(to - before))];
+        let (context, tokens) = held.split_at(ix(from - before));
+        let mut w = if wait {
+            self.writer()
+        } else {
+            match self.writer.try_lock() {
+                Ok(w) => w,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        };
+        let start = self.append_locked(&mut w, context, tokens, Some((own, from)), wait);
+        Some(start..start + tokens.len() as u64)
     }
 
     /// The writer lock, for an append that may wait: a wait is counted
@@ -464,29 +507,15 @@ impl RecallMemory {
         lock(&self.writer)
     }
 
-    /// Like [`append_after`](RecallMemory::append_after) from a draft call:
-    /// `None` (nothing appended) when another writer holds the lock, so that
-    /// a draft never waits for the indexing of a long request; and the
-    /// buckets do not grow here (re-chaining the whole memory would stall
-    /// the draft), only at the next plain append.
-    pub(super) fn try_append_after(&self, context: &[Token], tokens: &[Token]) -> Option<u64> {
-        if tokens.is_empty() {
-            return Some(self.end.load(Ordering::Acquire));
-        }
-        let w = match self.writer.try_lock() {
-            Ok(w) => w,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        let mut w = w;
-        Some(self.append_locked(&mut w, context, tokens, false))
-    }
-
+    /// Appends `tokens` after `context`, their contexts' tags hashed or,
+    /// with `own` (the index and the own position of `tokens[0]`), taken
+    /// from the sequence's own index.
     fn append_locked(
         &self,
         w: &mut Writer,
         context: &[Token],
         tokens: &[Token],
+        own: Option<(&SeqIndex, u64)>,
         may_grow: bool,
     ) -> u64 {
         let tokens = &tokens[tokens.len().saturating_sub(ix(self.capacity))..];
@@ -516,8 +545,19 @@ impl RecallMemory {
             } = &mut *w;
             hasher.roll(rolling, 0, i as u64, |j| context[ix(j)]);
         }
-        for (p, &t) in (start..).zip(tokens) {
-            self.write(&tables, w, p, t, (virtual_start, context));
+        match own {
+            // A copy of the own index: its tags (`tokens` is its tail from
+            // `first`, so nothing was cut above).
+            Some((own, first)) => {
+                for ((p, q), &t) in (start..).zip(first..).zip(tokens) {
+                    self.write_tagged(&tables, p, t, own, q);
+                }
+            }
+            None => {
+                for (p, &t) in (start..).zip(tokens) {
+                    self.write(&tables, w, p, t, (virtual_start, context));
+                }
+            }
         }
         self.end.store(new_end, Ordering::Release);
         start
@@ -579,6 +619,35 @@ impl RecallMemory {
                     continue;
                 }
                 next.chain_front(o, low32(link >> 32), e, cell, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes the token at logical position `p`, a copy of the own index's
+    /// token at `q`, and indexes the contexts it continues with the tags
+    /// the own index stored for them: the contexts of `k` tokens that the
+    /// own index holds whole (`q - floor >= k`; the context a publication
+    /// passes reaches back as far, so the hashed path indexes the same).
+    fn write_tagged(&self, tables: &Tables, p: u64, t: Token, own: &SeqIndex, q: u64) {
+        let view = View {
+            tables,
+            end: p + 1,
+            floor: 0,
+            mask: self.capacity - 1,
+        };
+        let Some((chunk, at)) = view.cell(p) else {
+            return;
+        };
+        chunk.tokens[at].store(t, Ordering::Relaxed);
+        let held = q - own.floor();
+        let tags = own.tags_before(q);
+        for (o, &k) in ORDERS.iter().enumerate() {
+            let cell = &chunk.links[at * K + o];
+            match tags {
+                Some(tags) if held >= k as u64 => {
+                    tables.chain_front(o, tags[o], p, cell, Ordering::Release);
+                }
+                _ => cell.store(0, Ordering::Relaxed),
             }
         }
     }

@@ -80,24 +80,14 @@ impl Recall {
     /// memory, after the tokens before them as context; in flight, only if
     /// no other writer is at work (false: nothing appended).
     pub(super) fn publish_range(&mut self, from: u64, to: u64, in_flight: bool) -> bool {
-        let floor = self.own.floor();
-        let from = from.max(floor);
-        if from >= to {
+        let Some(std::ops::Range { start, end }) =
+            self.memory.append_own(&self.own, from, to, !in_flight)
+        else {
+            return false;
+        };
+        if end == start {
             return true;
         }
-        let before = from - (from - floor).min(ORDERS[K - 1] as u64);
-        let held = self.own.tokens_from(before);
-        let held = &held[..held.len().min(ix(to - before))];
-        let (context, tokens) = held.split_at(ix(from - before));
-        let start = if in_flight {
-            match self.memory.try_append_after(context, tokens) {
-                Some(start) => start,
-                None => return false,
-            }
-        } else {
-            self.memory.append_after(context, tokens)
-        };
-        let end = start + tokens.len() as u64;
         match self.mirrored.last_mut() {
             Some(last) if last.1 == start => last.1 = end,
             _ => {

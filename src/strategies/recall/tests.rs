@@ -229,3 +229,71 @@ fn the_order_bound_across_calls_changes_no_draft() {
         assert!(drafted > 1000, "seed {seed}: {drafted} drafted");
     }
 }
+
+/// A publication copies the tags the own index stored: the memory it
+/// builds is the one that hashing the same tokens after the same context
+/// builds, position by position, for ranges at the own index's floor, in
+/// its middle, longer than the memory and after the own index forgot its
+/// oldest half.
+#[test]
+fn publishing_from_the_own_index_builds_the_hashed_memory() {
+    let text = phrase_text(7, 30, 5000);
+    let hasher = Hasher::new();
+    // (own capacity, memory budget, ranges published, as offsets from the floor)
+    type Case<'a> = (usize, usize, &'a [(u64, u64)]);
+    let cases: [Case; 3] = [
+        (
+            1 << 20,
+            1 << 20,
+            &[(0, 5), (5, 700), (700, 716), (2000, 4999)],
+        ),
+        (1 << 20, 1, &[(0, 3000), (3000, 3001), (4000, 5000)]),
+        (1200, 1 << 20, &[(0, 10), (10, 600), (900, 1199)]),
+    ];
+    for (case, &(capacity, budget, ranges)) in cases.iter().enumerate() {
+        let mut own = SeqIndex::new(capacity);
+        for part in text.chunks(512) {
+            own.extend(&hasher, part);
+        }
+        let copied = RecallMemory::new(budget);
+        let hashed = RecallMemory::new(budget);
+        let floor = own.floor();
+        for &(a, b) in ranges {
+            let (from, to) = (floor + a, (floor + b).min(own.end()));
+            let range = copied.append_own(&own, from, to, true).unwrap();
+            // What the hashed path is given: the (newest) tokens that fit,
+            // after up to 16 tokens before them.
+            let from = from.max(to.saturating_sub(hashed.capacity() as u64));
+            let before = from - (from - floor).min(16);
+            let held = own.tokens_from(before);
+            let (context, tokens) = held[..ix(to - before)].split_at(ix(from - before));
+            assert_eq!(
+                hashed.append_after(context, tokens),
+                range.start,
+                "case {case}"
+            );
+            assert_eq!(range.end - range.start, tokens.len() as u64, "case {case}");
+        }
+        let (mut sc, mut sh) = (copied.snapshot(), hashed.snapshot());
+        let (vc, vh) = (copied.view(&mut sc), hashed.view(&mut sh));
+        assert_eq!(
+            (vc.floor(), vc.end()),
+            (vh.floor(), vh.end()),
+            "case {case}"
+        );
+        assert!(vc.end() > vc.floor());
+        for p in vc.floor()..vc.end() {
+            assert_eq!(vc.token(p), vh.token(p), "case {case}, token at {p}");
+            for o in 0..K {
+                let (tag, previous) = vh.link(p, o);
+                assert_eq!(
+                    vc.link(p, o),
+                    (tag, previous),
+                    "case {case}, link {o} at {p}"
+                );
+                assert_eq!(vc.first(o, tag), vh.first(o, tag), "case {case}, head {o}");
+            }
+        }
+        assert_eq!(copied.runs(), hashed.runs(), "case {case}");
+    }
+}
