@@ -4,13 +4,20 @@
 //!
 //! ```text
 //! cargo run --release --example diagnose                       # recommended config, embedded samples
-//! cargo run --release --example diagnose -- FILE.jsonl [--strategy S]... [--draft-max N]
+//! cargo run --release --example diagnose -- FILE.jsonl [--strategy S]... [--draft-max N] [--sources]
 //! ```
 //!
 //! Classes: `full` (every drafted token accepted, draft_max reached),
 //! `short` (all accepted, stopped early), `rejected` (a wrong token), `empty`
 //! (no draft); `+bound` marks steps where the bound was longer than what was
 //! accepted: a better choice or a longer draft would have paid.
+//!
+//! `--sources` splits the tokens each `+bound` class lost (bound minus
+//! accepted) by where the bound's copy is (the newest occurrence of the
+//! longest copy): the request's output so far, the new text of its prompt,
+//! the earlier turns its prompt repeats, or other sessions; and by how many
+//! tokens before that copy match the tokens before the current position (0:
+//! not even the last token: no context points to it).
 
 mod common;
 
@@ -22,18 +29,64 @@ use common::{Out, Result};
 use selfspec::replay::Session;
 use selfspec::{Config, Speculative, Strategy, Token};
 
+/// Where a seen token came from, relative to the request being replayed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    /// The request's output so far.
+    #[default]
+    Output,
+    /// The part of its prompt that is new (not the previous request's
+    /// prompt and output of the session).
+    PromptNew,
+    /// The part of its prompt that repeats the session's earlier turns.
+    EarlierTurns,
+    /// Another session.
+    OtherSession,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::Output => "output so far",
+            Source::PromptNew => "prompt, new text",
+            Source::EarlierTurns => "prompt, earlier turns",
+            Source::OtherSession => "other sessions",
+        }
+    }
+}
+
+/// Each seen token's session and request, and which part of the request.
+#[derive(Clone, Copy, Default)]
+struct Origin {
+    session: usize,
+    request: usize,
+    part: Source,
+}
+
+/// Context-match buckets of `--sources` (tokens before the copy that match).
+const CONTEXT_BUCKETS: [(usize, &str); 6] = [
+    (0, "0"),
+    (1, "1"),
+    (2, "2-3"),
+    (4, "4-7"),
+    (8, "8-15"),
+    (16, "16+"),
+];
+
 /// Everything seen so far, with the positions of every 4-gram, to find the
 /// longest seen prefix of a continuation.
 #[derive(Default)]
 struct Seen {
     tokens: Vec<Token>,
     at: HashMap<[Token; 4], Vec<usize>>,
+    origins: Vec<Origin>,
 }
 
 impl Seen {
-    fn extend(&mut self, tokens: &[Token]) {
+    fn extend(&mut self, tokens: &[Token], origin: Origin) {
         for &t in tokens {
             self.tokens.push(t);
+            self.origins.push(origin);
             let n = self.tokens.len();
             if n >= 4 {
                 let key = [
@@ -47,51 +100,160 @@ impl Seen {
         }
     }
 
-    /// Longest prefix of `truth` that occurs in what was seen (4 tokens at least;
-    /// the 200 most recent occurrences of its first 4-gram are tried).
-    fn bound(&self, truth: &[Token]) -> usize {
-        let Some(key) = truth.get(..4) else { return 0 };
+    /// Longest prefix of `truth` that occurs in what was seen (4 tokens at
+    /// least; the 200 most recent occurrences of its first 4-gram are
+    /// tried), and where its newest occurrence starts.
+    fn bound(&self, truth: &[Token]) -> (usize, usize) {
+        let Some(key) = truth.get(..4) else {
+            return (0, 0);
+        };
         let key = [key[0], key[1], key[2], key[3]];
         let Some(starts) = self.at.get(&key) else {
-            return 0;
+            return (0, 0);
         };
-        starts
+        let mut best = (0, 0);
+        for &p in starts.iter().rev().take(200) {
+            let n = truth
+                .iter()
+                .zip(&self.tokens[p..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if n > best.0 {
+                best = (n, p);
+            }
+        }
+        best
+    }
+
+    /// How many tokens before position `p` equal the last ones of
+    /// `context` (at most 64).
+    fn context_match(&self, p: usize, context: &[Token]) -> usize {
+        self.tokens[..p]
             .iter()
             .rev()
-            .take(200)
-            .map(|&p| {
-                truth
-                    .iter()
-                    .zip(&self.tokens[p..])
-                    .take_while(|(a, b)| a == b)
-                    .count()
-            })
-            .max()
-            .unwrap_or(0)
+            .zip(context.iter().rev())
+            .take(64)
+            .take_while(|(a, b)| a == b)
+            .count()
     }
 }
 
-fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) -> Result {
+/// Tokens lost (bound minus accepted) per `+bound` class, by the copy's
+/// source and by its context match: (steps, tokens).
+#[derive(Default)]
+struct Losses {
+    by_source: BTreeMap<(String, Source), (usize, usize)>,
+    by_context: BTreeMap<(String, usize), (usize, usize)>,
+}
+
+impl Losses {
+    fn add(&mut self, class: &str, source: Source, context: usize, lost: usize) {
+        let bucket = CONTEXT_BUCKETS
+            .iter()
+            .rposition(|&(from, _)| context >= from)
+            .unwrap_or(0);
+        for e in [
+            self.by_source
+                .entry((class.to_string(), source))
+                .or_default(),
+            self.by_context
+                .entry((class.to_string(), bucket))
+                .or_default(),
+        ] {
+            e.0 += 1;
+            e.1 += lost;
+        }
+    }
+
+    fn print(&self, out: &mut Out) -> Result {
+        writeln!(
+            out,
+            "tokens lost (bound - accepted) in +bound steps, by where the copy is:"
+        )?;
+        writeln!(
+            out,
+            "  {:<16} {:<22} {:>7} {:>9}",
+            "class", "source", "steps", "lost"
+        )?;
+        for ((class, source), (n, lost)) in &self.by_source {
+            writeln!(out, "  {class:<16} {:<22} {n:>7} {lost:>9}", source.name())?;
+        }
+        writeln!(out, "by how many tokens before the copy match the context:")?;
+        writeln!(
+            out,
+            "  {:<16} {:<22} {:>7} {:>9}",
+            "class", "matching tokens", "steps", "lost"
+        )?;
+        for ((class, bucket), (n, lost)) in &self.by_context {
+            writeln!(
+                out,
+                "  {class:<16} {:<22} {n:>7} {lost:>9}",
+                CONTEXT_BUCKETS[*bucket].1
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The length of the part of `prompt` that repeats `previous` (the
+/// session's previous prompt and output).
+fn repeated(prompt: &[Token], previous: &[Token]) -> usize {
+    prompt
+        .iter()
+        .zip(previous)
+        .take_while(|(a, b)| a == b)
+        .count()
+}
+
+fn diagnose(
+    out: &mut Out,
+    name: &str,
+    sessions: &[Session],
+    config: &Config,
+    sources: bool,
+) -> Result {
     let mut spec = Speculative::new(config)?;
     let dmax = config.draft_max;
     let mut seen = Seen::default();
     // class -> (steps, accepted tokens, bound tokens)
     let mut classes: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     let (mut steps, mut tokens) = (0usize, 0usize);
-    for request in sessions.iter().flat_map(|s| &s.requests) {
+    let mut losses = Losses::default();
+    let requests = sessions.iter().enumerate().flat_map(|(s, session)| {
+        session
+            .requests
+            .iter()
+            .enumerate()
+            .map(move |(r, q)| (s, r, q))
+    });
+    let mut previous: Vec<Token> = Vec::new();
+    for (session, r, request) in requests {
+        if r == 0 {
+            previous.clear();
+        }
+        let origin = |part| Origin {
+            session,
+            request: r,
+            part,
+        };
         let mut history = request.prompt.clone();
-        seen.extend(&request.prompt);
+        let old = repeated(&request.prompt, &previous);
+        seen.extend(&request.prompt[..old], origin(Source::EarlierTurns));
+        seen.extend(&request.prompt[old..], origin(Source::PromptNew));
+        previous.clear();
+        previous.extend_from_slice(&request.prompt);
+        previous.extend_from_slice(&request.output);
         spec.begin(&history);
         let output = &request.output;
         tokens += output.len();
         let mut i = 0;
         while i < output.len() {
             let last = output[i];
-            seen.extend(&[last]);
+            seen.extend(&[last], origin(Source::Output));
             let draft = spec.draft(&history, last).to_vec();
             let truth = &output[i + 1..(i + 1 + dmax).min(output.len())];
             let accepted = draft.iter().zip(truth).take_while(|(d, t)| d == t).count();
-            let bound = seen.bound(truth);
+            let (bound, at) = seen.bound(truth);
             let class = match (
                 draft.is_empty(),
                 accepted == draft.len(),
@@ -103,7 +265,20 @@ fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) ->
                 (false, false, _) => "rejected",
             };
             let class = if bound > accepted && class != "full" {
-                format!("{class} +bound")
+                let class = format!("{class} +bound");
+                if sources {
+                    let copy = seen.origins[at];
+                    let source = if copy.session != session {
+                        Source::OtherSession
+                    } else if copy.request != r && copy.part != Source::OtherSession {
+                        Source::EarlierTurns
+                    } else {
+                        copy.part
+                    };
+                    let context = seen.context_match(at, &seen.tokens);
+                    losses.add(&class, source, context, bound - accepted);
+                }
+                class
             } else {
                 class.to_string()
             };
@@ -112,7 +287,7 @@ fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) ->
             spec.accept(accepted);
             history.push(last);
             history.extend_from_slice(&draft[..accepted]);
-            seen.extend(&draft[..accepted]);
+            seen.extend(&draft[..accepted], origin(Source::Output));
             i += accepted + 1;
             steps += 1;
         }
@@ -136,16 +311,22 @@ fn diagnose(out: &mut Out, name: &str, sessions: &[Session], config: &Config) ->
     for (class, (n, a, b)) in classes {
         writeln!(out, "{class:<16} {n:>7} {a:>9} {b:>9}")?;
     }
+    if sources {
+        losses.print(out)?;
+    }
     Ok(())
 }
 
-const USAGE: &str = "usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N]";
+const USAGE: &str =
+    "usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N] [--sources]";
 const HELP: &str = "diagnose: where a drafter loses tokens, by class, next to the hindsight copy bound
 
-usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N]
+usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N] [--sources]
   FILE.jsonl        workloads (JSON Lines, docs/replay.md); default: the embedded samples
   -s, --strategy S  a strategy (NAME[:k=v,...]); several form a chain; default: Config::recommended()
   --draft-max N     the longest draft, 1..=4096; default 16
+  --sources         split the tokens lost in +bound steps by where the copy is and how much
+                    context before it matches
   -h, --help        this text
 ";
 
@@ -153,6 +334,7 @@ fn run(out: &mut Out) -> Result {
     let mut files = Vec::new();
     let mut strategies: Vec<Strategy> = Vec::new();
     let mut draft_max = 16;
+    let mut sources = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -166,6 +348,7 @@ fn run(out: &mut Out) -> Result {
                     .parse()
                     .map_err(|_| format!("--draft-max `{v}` is not a number"))?;
             }
+            "--sources" => sources = true,
             "--help" | "-h" => return Err(common::Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
@@ -183,7 +366,7 @@ fn run(out: &mut Out) -> Result {
     // Builds (cache files exist...) and reads every workload before any output.
     Speculative::new(&config)?;
     for (name, sessions) in common::workloads(&files)? {
-        diagnose(out, &name, &sessions, &config)?;
+        diagnose(out, &name, &sessions, &config, sources)?;
     }
     Ok(())
 }
