@@ -19,7 +19,8 @@
 //!   token, which verification rejects.
 //!
 //! `tests/loom.rs` model-checks that a reader never sees a published
-//! position without its token and links.
+//! position without its token and links; `loom_tests.rs` beside this file
+//! does the same for a publication from a sequence's own index.
 
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
 use crate::token::Token;
