@@ -14,10 +14,12 @@
 //!
 //! `--sources` splits the tokens each `+bound` class lost (bound minus
 //! accepted) by where the bound's copy is (the newest occurrence of the
-//! longest copy): the request's output so far, the new text of its prompt,
-//! the earlier turns its prompt repeats, or other sessions; and by how many
-//! tokens before that copy match the tokens before the current position (0:
-//! not even the last token: no context points to it).
+//! longest copy): the request's output so far, the new text of its prompt
+//! (a user turn, a tool's output), what the model generated in the
+//! session's earlier requests, the rest of their prompts, or other
+//! sessions; and by how many tokens before that copy match the tokens before
+//! the current position (0: not even the last token, so no context points
+//! to it).
 
 mod common;
 
@@ -36,10 +38,14 @@ enum Source {
     #[default]
     Output,
     /// The part of its prompt that is new (not the previous request's
-    /// prompt and output of the session).
+    /// prompt and output of the session): a user turn, a tool's output.
     PromptNew,
-    /// The part of its prompt that repeats the session's earlier turns.
-    EarlierTurns,
+    /// What the model generated in the session's earlier requests (its
+    /// earlier answers, thoughts, commands), repeated in the prompt.
+    EarlierOutputs,
+    /// The rest of the session's earlier prompts (instructions, earlier
+    /// user turns and tool outputs).
+    EarlierPromptText,
     /// Another session.
     OtherSession,
 }
@@ -49,18 +55,21 @@ impl Source {
         match self {
             Source::Output => "output so far",
             Source::PromptNew => "prompt, new text",
-            Source::EarlierTurns => "prompt, earlier turns",
+            Source::EarlierOutputs => "earlier outputs",
+            Source::EarlierPromptText => "earlier prompt text",
             Source::OtherSession => "other sessions",
         }
     }
 }
 
-/// Each seen token's session and request, and which part of the request.
+/// Each seen token's session and request, which part of the request, and
+/// whether the model generated it (in this request or an earlier one).
 #[derive(Clone, Copy, Default)]
 struct Origin {
     session: usize,
     request: usize,
     part: Source,
+    generated: bool,
 }
 
 /// Context-match buckets of `--sources` (tokens before the copy that match).
@@ -85,18 +94,22 @@ struct Seen {
 impl Seen {
     fn extend(&mut self, tokens: &[Token], origin: Origin) {
         for &t in tokens {
-            self.tokens.push(t);
-            self.origins.push(origin);
-            let n = self.tokens.len();
-            if n >= 4 {
-                let key = [
-                    self.tokens[n - 4],
-                    self.tokens[n - 3],
-                    self.tokens[n - 2],
-                    t,
-                ];
-                self.at.entry(key).or_default().push(n - 4);
-            }
+            self.push(t, origin);
+        }
+    }
+
+    fn push(&mut self, t: Token, origin: Origin) {
+        self.tokens.push(t);
+        self.origins.push(origin);
+        let n = self.tokens.len();
+        if n >= 4 {
+            let key = [
+                self.tokens[n - 4],
+                self.tokens[n - 3],
+                self.tokens[n - 2],
+                t,
+            ];
+            self.at.entry(key).or_default().push(n - 4);
         }
     }
 
@@ -226,20 +239,35 @@ fn diagnose(
             .enumerate()
             .map(move |(r, q)| (s, r, q))
     });
+    // The session's previous prompt and output, and which of their tokens
+    // the model generated.
     let mut previous: Vec<Token> = Vec::new();
+    let mut generated: Vec<bool> = Vec::new();
     for (session, r, request) in requests {
         if r == 0 {
             previous.clear();
+            generated.clear();
         }
-        let origin = |part| Origin {
+        let origin = |part, generated| Origin {
             session,
             request: r,
             part,
+            generated,
         };
         let mut history = request.prompt.clone();
         let old = repeated(&request.prompt, &previous);
-        seen.extend(&request.prompt[..old], origin(Source::EarlierTurns));
-        seen.extend(&request.prompt[old..], origin(Source::PromptNew));
+        generated.truncate(old);
+        for (&t, &g) in request.prompt[..old].iter().zip(&generated) {
+            let part = if g {
+                Source::EarlierOutputs
+            } else {
+                Source::EarlierPromptText
+            };
+            seen.push(t, origin(part, g));
+        }
+        seen.extend(&request.prompt[old..], origin(Source::PromptNew, false));
+        generated.resize(request.prompt.len(), false);
+        generated.resize(request.prompt.len() + request.output.len(), true);
         previous.clear();
         previous.extend_from_slice(&request.prompt);
         previous.extend_from_slice(&request.output);
@@ -249,7 +277,7 @@ fn diagnose(
         let mut i = 0;
         while i < output.len() {
             let last = output[i];
-            seen.extend(&[last], origin(Source::Output));
+            seen.push(last, origin(Source::Output, true));
             let draft = spec.draft(&history, last).to_vec();
             let truth = &output[i + 1..(i + 1 + dmax).min(output.len())];
             let accepted = draft.iter().zip(truth).take_while(|(d, t)| d == t).count();
@@ -270,8 +298,13 @@ fn diagnose(
                     let copy = seen.origins[at];
                     let source = if copy.session != session {
                         Source::OtherSession
-                    } else if copy.request != r && copy.part != Source::OtherSession {
-                        Source::EarlierTurns
+                    } else if copy.request != r {
+                        // Seen in an earlier request of the session.
+                        if copy.generated {
+                            Source::EarlierOutputs
+                        } else {
+                            Source::EarlierPromptText
+                        }
                     } else {
                         copy.part
                     };
@@ -287,7 +320,7 @@ fn diagnose(
             spec.accept(accepted);
             history.push(last);
             history.extend_from_slice(&draft[..accepted]);
-            seen.extend(&draft[..accepted], origin(Source::Output));
+            seen.extend(&draft[..accepted], origin(Source::Output, true));
             i += accepted + 1;
             steps += 1;
         }
