@@ -624,61 +624,56 @@ impl RecallMemory {
         }
     }
 
-    /// Writes the token at logical position `p`, a copy of the own index's
-    /// token at `q`, and indexes the contexts it continues with the tags
-    /// the own index stored for them: the contexts of `k` tokens that the
-    /// own index holds whole (`q - floor >= k`; the context a publication
-    /// passes reaches back as far, so the hashed path indexes the same).
-    fn write_tagged(&self, tables: &Tables, p: u64, t: Token, own: &SeqIndex, q: u64) {
-        let view = View {
-            tables,
-            end: p + 1,
-            floor: 0,
-            mask: self.capacity - 1,
-        };
+    /// Writes the token at logical position `p` and indexes the contexts of
+    /// each order `o` (of `k` tokens) ending at `p`, whose continuation is
+    /// this token, under `tag(o, k)`; `None`: not indexed (a context across
+    /// a run's boundary). A context is indexed once its continuation is
+    /// held, so no occurrence ever continues into another request's run.
+    fn put(&self, tables: &Tables, p: u64, t: Token, tag: impl Fn(usize, u64) -> Option<u32>) {
+        let view = self.writing(tables, p);
         let Some((chunk, at)) = view.cell(p) else {
             return;
         };
         chunk.tokens[at].store(t, Ordering::Relaxed);
-        let held = q - own.floor();
-        let tags = own.tags_before(q);
         for (o, &k) in ORDERS.iter().enumerate() {
             let cell = &chunk.links[at * K + o];
-            match tags {
-                Some(tags) if held >= k as u64 => {
-                    tables.chain_front(o, tags[o], p, cell, Ordering::Release);
-                }
-                _ => cell.store(0, Ordering::Relaxed),
+            match tag(o, k as u64) {
+                // The link is visible to whoever sees the head.
+                Some(tag) => tables.chain_front(o, tag, p, cell, Ordering::Release),
+                None => cell.store(0, Ordering::Relaxed),
             }
         }
     }
 
-    /// Writes the token at logical position `p` and indexes the contexts
-    /// ending after it.
-    fn write(&self, tables: &Tables, w: &mut Writer, p: u64, t: Token, context: (u64, &[Token])) {
-        let view = View {
+    /// The writer's view of `tables` while it writes position `p`.
+    fn writing<'t>(&self, tables: &'t Tables, p: u64) -> View<'t> {
+        View {
             tables,
             end: p + 1,
             floor: 0,
             mask: self.capacity - 1,
-        };
-        let Some((chunk, at)) = view.cell(p) else {
-            return;
-        };
-        chunk.tokens[at].store(t, Ordering::Relaxed);
-        // Index the contexts ending at `p`, whose continuation is this
-        // token: a context is indexed once its continuation is held, so no
-        // occurrence ever continues into another request's run.
-        for (o, &k) in ORDERS.iter().enumerate() {
-            let cell = &chunk.links[at * K + o];
-            if w.run < k as u64 {
-                // A context across the boundary: not indexed.
-                cell.store(0, Ordering::Relaxed);
-                continue;
-            }
-            // The link is visible to whoever sees the head.
-            tables.chain_front(o, tag_of(w.rolling[o]), p, cell, Ordering::Release);
         }
+    }
+
+    /// [`put`](RecallMemory::put) for a copy of the own index's token at
+    /// `q`, with the tags the own index stored: for the contexts it holds
+    /// whole (`q - floor >= k`; the context a publication passes reaches
+    /// back as far, so the hashed path indexes the same).
+    fn write_tagged(&self, tables: &Tables, p: u64, t: Token, own: &SeqIndex, q: u64) {
+        let held = q - own.floor();
+        let tags = own.tags_before(q);
+        self.put(tables, p, t, |o, k| {
+            tags.filter(|_| held >= k).map(|tags| tags[o])
+        });
+    }
+
+    /// [`put`](RecallMemory::put) with the tags hashed from the tokens, then
+    /// rolls the hashes over the token for the contexts ending after it.
+    fn write(&self, tables: &Tables, w: &mut Writer, p: u64, t: Token, context: (u64, &[Token])) {
+        self.put(tables, p, t, |o, k| {
+            (w.run >= k).then(|| tag_of(w.rolling[o]))
+        });
+        let view = self.writing(tables, p);
         // Then roll the hashes over it, for the contexts ending after it.
         w.run += 1;
         let len = p + 1;
