@@ -112,25 +112,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
             "--per-kind" => o.per_kind = true,
             "--json" => o.json = true,
             "--verbose" | "-v" => o.verbose = true,
-            "--slots" => {
-                let v = value(&arg)?;
-                let n = number(&arg, v.clone())?;
-                if !(1..=4096).contains(&n) {
-                    return Err(format!("--slots `{v}`: expected 1..=4096").into());
-                }
-                o.slots = Some(n);
-            }
+            "--slots" => o.slots = Some(common::count(Some(&value(&arg)?), &arg, 1, 4096)?),
             "--fresh" => o.fresh = true,
             "--scope-per-session" => o.scoped = true,
             "--memory" => o.memory = Some(value(&arg)?),
-            "--repeat" => {
-                let v = value(&arg)?;
-                let n = number(&arg, v.clone())?;
-                if !(1..=1000).contains(&n) {
-                    return Err(format!("--repeat `{v}`: expected 1..=1000").into());
-                }
-                o.repeat = Some(n);
-            }
+            "--repeat" => o.repeat = Some(common::count(Some(&value(&arg)?), &arg, 1, 1000)?),
             "--help" | "-h" => return Err(Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
