@@ -843,10 +843,52 @@ fn bench_memory_file(c: &mut Criterion) {
     std::fs::remove_file(&path).ok();
 }
 
+/// A replica's export after one more request, when its memory holds 4,096
+/// runs of its own interleaved with 4,096 imported from another replica (as
+/// after a day of exchanging deltas): what an export reads under the writer
+/// lock should be the new request, not every run and imported range held.
+fn bench_replica_export(c: &mut Criterion) {
+    let config = Config::recommended();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut request = || -> Vec<Token> {
+        (0..256)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                Token::try_from(x % 150_000).unwrap_or(0)
+            })
+            .collect()
+    };
+    let publish = |shared: &Shared, tokens: &[Token]| {
+        let mut spec = Speculative::with_shared(&config, shared).unwrap();
+        spec.begin(tokens);
+        spec.end_request();
+    };
+    let (a, b) = (Shared::new(&config).unwrap(), Shared::new(&config).unwrap());
+    let (mut at_a, mut at_b) = (selfspec::Cursor::default(), selfspec::Cursor::default());
+    for _ in 0..4096 {
+        publish(&a, &request());
+        publish(&b, &request());
+        let (delta, next) = b.export_since(&at_b);
+        at_b = next;
+        a.import(&delta).unwrap();
+        let (_, next) = a.export_since(&at_a);
+        at_a = next;
+    }
+    publish(&a, &request());
+    let mut group = c.benchmark_group("replica-export");
+    group.bench_function("one-request-after-8192-runs", |bench| {
+        bench.iter(|| black_box(a.export_since(&at_a).0.len()))
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_scopes,
     bench_memory_file,
+    bench_replica_export,
     bench_concurrency,
     bench_memory_append,
     bench_draft,

@@ -296,7 +296,14 @@ impl RecallMemory {
         let mut snapshot = self.snapshot();
         let view = self.view(&mut snapshot);
         let mut out = Vec::new();
-        for (i, run) in w.runs.iter().enumerate() {
+        // Runs and imported ranges are in order: start at the run that holds
+        // `from` (an export after every request reads only what is new, not
+        // every run held).
+        let first = w
+            .runs
+            .partition_point(|r| r.start <= from)
+            .saturating_sub(1);
+        for (i, run) in w.runs.iter().enumerate().skip(first) {
             let next = w.runs.get(i + 1).map_or(view.end, |r| r.start);
             let start = run.start.max(view.floor).max(from);
             if start >= next {
@@ -304,7 +311,12 @@ impl RecallMemory {
             }
             // The parts of start..next that were not imported.
             let mut at = start;
-            for &(a, b) in w.imported.iter().filter(|&&(a, b)| b > start && a < next) {
+            let overlapping = w.imported.partition_point(|&(_, b)| b <= start);
+            for &(a, b) in w
+                .imported
+                .range(overlapping..)
+                .take_while(|&&(a, _)| a < next)
+            {
                 if a > at {
                     out.push(self.piece(&view, run, at, a));
                 }

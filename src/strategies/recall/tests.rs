@@ -297,3 +297,60 @@ fn publishing_from_the_own_index_builds_the_hashed_memory() {
         assert_eq!(copied.runs(), hashed.runs(), "case {case}");
     }
 }
+
+#[test]
+fn an_export_from_any_position_is_every_local_run_after_it() {
+    // Local and imported runs of varied lengths, interleaved, through a
+    // memory that wraps: from every position, the export is each held
+    // local run's part after it, with its context, and no imported token.
+    for seed in 0..8u64 {
+        let memory = RecallMemory::new(1);
+        let text = phrase_text(seed, 20, 4000);
+        // (start, end, imported, context) of every run appended.
+        let mut runs: Vec<(u64, u64, bool, Vec<Token>)> = Vec::new();
+        let (mut at, mut x) = (0usize, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        while at < text.len() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = ix(1 + x % 150);
+            let imported = x >> 40 & 3 == 0 || x >> 42 & 1 == 0;
+            let tokens = &text[at..(at + len).min(text.len())];
+            let context = text[at.saturating_sub(16)..at].to_vec();
+            let start = memory.appended();
+            if imported {
+                memory.import_run(&context, tokens);
+            } else {
+                memory.append_after(&context, tokens);
+            }
+            runs.push((start, memory.appended(), imported, context));
+            at += len;
+        }
+        let end = memory.appended();
+        let floor = end - memory.len() as u64;
+        assert!(floor > 0, "seed {seed}: the memory wrapped");
+        let mut froms: Vec<u64> = runs.iter().flat_map(|r| [r.0, r.0 + 1, r.1 - 1]).collect();
+        froms.extend([0, floor, end, end + 5]);
+        for from in froms {
+            let mut expected = Vec::new();
+            for (start, run_end, imported, context) in &runs {
+                let s = (*start).max(floor).max(from);
+                if *imported || s >= *run_end {
+                    continue;
+                }
+                let context = if s == *start {
+                    RunContext::new(context)
+                } else {
+                    let k = (s - floor.max(*start)).min(16);
+                    RunContext::new(&text[ix(s - k)..ix(s)])
+                };
+                expected.push((context, text[ix(s)..ix(*run_end)].to_vec()));
+            }
+            assert_eq!(
+                memory.runs_since(from),
+                (expected, end),
+                "seed {seed}, from {from}"
+            );
+        }
+    }
+}
