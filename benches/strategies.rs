@@ -685,7 +685,7 @@ fn bench_memory_append(c: &mut Criterion) {
     let request = text_stream(1024, 9);
     group.throughput(Throughput::Elements(request.len() as u64));
     for held in [16usize << 10, 256 << 10, 2 << 20] {
-        let memory = selfspec::strategies::RecallMemory::new(held * 84);
+        let memory = selfspec::strategies::RecallMemory::new(held * 96);
         let fill = text_stream(held, 13);
         for part in fill.chunks(4096) {
             memory.append(part);

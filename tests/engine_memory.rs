@@ -221,6 +221,44 @@ fn forgetting_is_oldest_first_and_never_a_wipe() {
     assert_eq!(memory.runs().1.iter().map(|r| r.0).sum::<u64>(), cap as u64);
 }
 
+#[test]
+fn appends_of_a_few_tokens_at_a_time_stay_within_the_budget() {
+    // Every append is a run; a run costs 80 bytes of bookkeeping, more than
+    // a token's index. The memory joins its oldest runs beyond one per 8
+    // tokens, so its heap stays within the budget whatever the pieces.
+    // (budget, tokens an append)
+    for (budget, piece) in [
+        (1usize << 20, 1usize),
+        (1 << 20, 3),
+        (4 << 20, 1),
+        (4 << 20, 7),
+    ] {
+        let memory = selfspec::strategies::RecallMemory::new(budget);
+        let cap = memory.capacity();
+        let mut rng = Rng(23);
+        let text: Vec<Token> = (0..3 * cap).map(|_| rng.token(1 << 30)).collect();
+        for part in text.chunks(piece) {
+            memory.append(part);
+        }
+        // Fixed: the smallest bucket arrays and the learned tables.
+        let fixed = 8 * 4096 * 4 + (16 << 10);
+        assert!(
+            memory.heap_bytes() <= budget + fixed,
+            "budget {budget}, pieces of {piece}: {} bytes",
+            memory.heap_bytes()
+        );
+        // Joined runs still hold every token, in order.
+        let (tokens, runs) = memory.runs();
+        assert_eq!(
+            tokens,
+            text[text.len() - cap..],
+            "budget {budget}, pieces of {piece}"
+        );
+        assert_eq!(runs.iter().map(|r| r.0).sum::<u64>(), cap as u64);
+        assert!(runs.len() <= cap / 8, "{} runs", runs.len());
+    }
+}
+
 fn workload(name: &str) -> Vec<Session> {
     common::load_workload(common::manifest_path(&format!(
         "examples/data/{name}.jsonl"
@@ -239,7 +277,7 @@ fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
     let unbounded = Shared::new(&config)?;
     let full = replay_engine(&config, &unbounded, &sessions, Engine::fresh(32))?;
     let quarter = Budget {
-        memory: tokens / 4 * 84,
+        memory: tokens / 4 * 96,
         ..Budget::default()
     };
     let bounded = Shared::builder().budget(quarter).build(&config)?;

@@ -52,8 +52,9 @@ pub struct Shared {
 }
 
 /// How much memory recall may hold: each scope's memory, all scopes
-/// together, and each sequence's own index (bytes; 84 per token, rounded
-/// down to a power of two of tokens). Memory is forgotten oldest first,
+/// together, and each sequence's own index (bytes: 96 per token of a scope's
+/// memory, 84 per token of a sequence's index, rounded down to a power of
+/// two of tokens). Memory is forgotten oldest first,
 /// never wiped: a scope's memory forgets its oldest requests, an engine
 /// over [`engine`](Budget::engine) its least recently used scopes, a sequence's index the
 /// oldest half of a session longer than its budget (the request in flight
@@ -562,7 +563,7 @@ impl Shared {
 pub struct SharedStats {
     /// Tokens recall's memory holds now.
     pub memory_tokens: u64,
-    /// Tokens it can hold ([`Budget::memory`] / 84, a power of two).
+    /// Tokens it can hold ([`Budget::memory`] / 96, a power of two).
     pub memory_capacity: u64,
     /// Tokens published to it over its lifetime, forgotten ones included.
     pub tokens_published: u64,

@@ -270,9 +270,9 @@ proptest! {
             .iter()
             .map(|_| Speculative::with_shared(&config, &shared).unwrap())
             .collect();
-        // The pool, the memory's 1024 tokens at 84 bytes, the smallest bucket
+        // The pool, the memory's 1024 tokens at 96 bytes, the smallest bucket
         // arrays and the learned tables.
-        let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
+        let bound = 8 * config.pool_size + 1024 * 96 + 8 * 4096 * 4 + (16 << 10);
         let mut histories = vec![Vec::<Token>::new(); sequences.len()];
         // Every token any sequence has shown the pool: ngram-mod drafts only these.
         let mut seen: HashSet<Token> = HashSet::new();

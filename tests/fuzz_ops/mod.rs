@@ -114,7 +114,7 @@ pub fn chaos(data: &[u8]) {
         ..Budget::default()
     };
     let mut shared = Shared::builder().budget(budget).build(&config).unwrap();
-    let bound = 8 * config.pool_size + 1024 * 84 + 8 * 4096 * 4 + (16 << 10);
+    let bound = 8 * config.pool_size + 1024 * 96 + 8 * 4096 * 4 + (16 << 10);
     let mut specs = [
         Speculative::with_shared(&config, &shared).unwrap(),
         Speculative::with_shared(&config, &shared).unwrap(),

@@ -24,6 +24,7 @@
 
 use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
 use crate::token::Token;
+use std::collections::VecDeque;
 
 use super::calibrate::{Calibration, CELLS};
 use super::index::{
@@ -38,11 +39,47 @@ const CHUNK: u64 = 1 << CHUNK_BITS;
 /// The smallest capacity, in tokens.
 pub(super) const MIN_CAPACITY: u64 = if cfg!(loom) { 4 } else { 1 << 10 };
 
-/// The tokens a budget of `budget` bytes holds: the largest power of two
-/// whose 84 bytes each fit, at least 1024, at most 2^30.
-pub(super) fn capacity_of(budget: usize) -> usize {
-    let tokens = (budget / BYTES_PER_TOKEN).max(ix(MIN_CAPACITY));
+/// The tokens a budget of `budget` bytes holds at `per_token` bytes each:
+/// the largest power of two that fits, at least 1024, at most 2^30.
+fn tokens_within(budget: usize, per_token: usize) -> usize {
+    let tokens = (budget / per_token).max(ix(MIN_CAPACITY));
     (1usize << (usize::BITS - 1 - tokens.leading_zeros())).min(1 << 30)
+}
+
+/// The tokens a sequence's own index of `budget` bytes holds (84 bytes
+/// each).
+pub(super) fn capacity_of(budget: usize) -> usize {
+    tokens_within(budget, BYTES_PER_TOKEN)
+}
+
+/// Tokens a held run spans, on average, at least: the memory keeps at most
+/// `capacity / RUN_SPAN` runs (and as many imported ranges). A drafter's
+/// in-flight pieces are 16 tokens or more, so only requests shorter than 8
+/// tokens, or appends of a few tokens at a time, reach the limit.
+const RUN_SPAN: usize = 8;
+
+/// Heap bytes per token of an engine-wide memory's capacity: the index's
+/// 84 and the bookkeeping of its runs (one run and one imported range per
+/// [`RUN_SPAN`] tokens at most).
+pub(super) const MEMORY_BYTES_PER_TOKEN: usize =
+    BYTES_PER_TOKEN + (std::mem::size_of::<Run>() + std::mem::size_of::<(u64, u64)>()) / RUN_SPAN;
+
+// The figure the budget's documentation gives.
+const _: () = assert!(MEMORY_BYTES_PER_TOKEN == 96);
+
+/// The tokens an engine-wide memory of `budget` bytes holds.
+fn memory_capacity_of(budget: usize) -> usize {
+    tokens_within(budget, MEMORY_BYTES_PER_TOKEN)
+}
+
+/// Pushes `x` onto `v`, which grows by doubling but never past `max` slots,
+/// so that its heap stays within what the budget counts.
+fn push_within<T>(v: &mut VecDeque<T>, x: T, max: usize) {
+    if v.len() == v.capacity() {
+        let room = max.saturating_sub(v.len()).max(1);
+        v.reserve_exact(v.len().max(4).min(room));
+    }
+    v.push_back(x);
 }
 
 /// One chunk of positions: tokens and, per position `e`, one link per order
@@ -147,11 +184,12 @@ pub(super) struct Writer {
     run: u64,
     /// Each run held (a request, or a piece of one in flight): where it
     /// starts and the tokens before it in its request (the first run may
-    /// have lost its head). About 80 bytes a run of at least 64 tokens.
-    runs: std::collections::VecDeque<Run>,
+    /// have lost its head). 80 bytes a run, at most `max_runs` of them.
+    runs: VecDeque<Run>,
     /// Ranges appended by [`RecallMemory::import_run`] (another replica's
-    /// learning), which an export leaves out; oldest first.
-    imported: std::collections::VecDeque<(u64, u64)>,
+    /// learning), which an export leaves out; oldest first, at most
+    /// `max_runs`.
+    imported: VecDeque<(u64, u64)>,
 }
 
 /// recall's engine-wide memory of earlier requests (part of
@@ -179,6 +217,10 @@ pub struct RecallMemory {
     waits: [AtomicU64; 3],
     /// Requests whose end was published.
     requests: AtomicU64,
+    /// Heap bytes of the writer's runs and imported ranges (written by the
+    /// writer only, read by [`heap_bytes`](RecallMemory::heap_bytes), which
+    /// so takes no lock).
+    bookkeeping: AtomicU64,
 }
 
 /// How often and how long writers waited for the memory's writer lock.
@@ -207,10 +249,10 @@ pub(super) struct View<'a> {
 
 impl RecallMemory {
     /// A memory of at most `budget` bytes: the largest power of two of tokens
-    /// whose 84 bytes each fit (at least 1024 tokens, at most 2^30).
+    /// whose 96 bytes each fit (at least 1024 tokens, at most 2^30).
     #[must_use]
     pub fn new(budget: usize) -> RecallMemory {
-        let capacity = capacity_of(budget) as u64;
+        let capacity = memory_capacity_of(budget) as u64;
         RecallMemory {
             capacity,
             end: AtomicU64::new(0),
@@ -225,8 +267,8 @@ impl RecallMemory {
                 hasher: Hasher::new(),
                 rolling: [0; K],
                 run: 0,
-                runs: std::collections::VecDeque::new(),
-                imported: std::collections::VecDeque::new(),
+                runs: VecDeque::new(),
+                imported: VecDeque::new(),
             }),
             learned: Mutex::new(super::Learned {
                 weights: Weights::new(),
@@ -234,6 +276,7 @@ impl RecallMemory {
             calibration: Calibration::new(),
             waits: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             requests: AtomicU64::new(0),
+            bookkeeping: AtomicU64::new(0),
         }
     }
 
@@ -258,16 +301,35 @@ impl RecallMemory {
         self.end.load(Ordering::Acquire)
     }
 
-    /// Heap bytes held: at most [`capacity`](RecallMemory::capacity) x 84,
-    /// plus the learned tables (a fixed ~14 KiB).
+    /// Heap bytes held: at most [`capacity`](RecallMemory::capacity) x 96
+    /// (84 for the index, 12 for the bookkeeping of its runs), plus the
+    /// learned tables (a fixed ~14 KiB).
     pub fn heap_bytes(&self) -> usize {
-        read_arc(&self.tables).bytes() + 8 * CELLS + std::mem::size_of::<super::Learned>()
+        read_arc(&self.tables).bytes()
+            + ix(self.bookkeeping.load(Ordering::Relaxed))
+            + 8 * CELLS
+            + std::mem::size_of::<super::Learned>()
+    }
+
+    /// The most runs (and imported ranges) held.
+    fn max_runs(&self) -> usize {
+        (ix(self.capacity) / RUN_SPAN).max(1)
+    }
+
+    /// Records the heap bytes of `w`'s runs and imported ranges.
+    fn count_bookkeeping(&self, w: &Writer) {
+        let bytes = w.runs.capacity() * std::mem::size_of::<Run>()
+            + w.imported.capacity() * std::mem::size_of::<(u64, u64)>();
+        self.bookkeeping.store(bytes as u64, Ordering::Relaxed);
     }
 
     /// The tokens held, oldest first, and each run of them (a request or a
     /// piece of one) as its length and the context it continues: appending
     /// the runs in order ([`append_after`](RecallMemory::append_after))
-    /// rebuilds the same memory (saving).
+    /// rebuilds the same memory (saving). The memory keeps at most one run
+    /// per 8 tokens of its capacity: beyond that the oldest two runs are
+    /// joined, and the rebuilt memory indexes the contexts across the joint
+    /// too.
     pub fn runs(&self) -> (Vec<Token>, Vec<(u64, RunContext)>) {
         let w = lock(&self.writer);
         let mut snapshot = self.snapshot();
@@ -358,8 +420,17 @@ impl RecallMemory {
         }
         match w.imported.back_mut() {
             Some(last) if last.1 == start => last.1 = end,
-            _ => w.imported.push_back((start, end)),
+            _ => {
+                let max = self.max_runs();
+                push_within(&mut w.imported, (start, end), max + 1);
+                // Beyond the bound the oldest range is forgotten: an export
+                // would then send its tokens back as this replica's own.
+                while w.imported.len() > max {
+                    w.imported.pop_front();
+                }
+            }
         }
+        self.count_bookkeeping(&w);
     }
 
     /// The continuations of the most recent occurrences (newest first, at
@@ -540,14 +611,23 @@ impl RecallMemory {
             self.floor.store(new_end - self.capacity, Ordering::Release);
         }
         let tables = self.ensure(new_end, may_grow);
-        w.runs.push_back(Run {
+        let max = self.max_runs();
+        let run = Run {
             start,
             context: RunContext::new(context),
-        });
+        };
+        push_within(&mut w.runs, run, max + 1);
         let floor = new_end.saturating_sub(self.capacity);
         while w.runs.len() > 1 && w.runs[1].start <= floor {
             w.runs.pop_front();
         }
+        // Beyond the bound the oldest run absorbs the next: the index is
+        // unchanged; a save or an export then gives the second's first
+        // tokens the first's last ones as their context.
+        while w.runs.len() > max {
+            w.runs.remove(1);
+        }
+        self.count_bookkeeping(w);
         // The context's hashes, as if it stood before `start`.
         w.run = 0;
         let virtual_start = start.wrapping_sub(context.len() as u64);
