@@ -72,6 +72,10 @@ fn memory_capacity_of(budget: usize) -> usize {
     tokens_within(budget, MEMORY_BYTES_PER_TOKEN)
 }
 
+/// The most runs whose deque a draft call's in-flight append may grow
+/// (moving 80 bytes a run): beyond it, growth waits for a request's end.
+const IN_FLIGHT_RUNS: usize = 4096;
+
 /// Pushes `x` onto `v`, which grows by doubling but never past `max` slots,
 /// so that its heap stays within what the budget counts.
 fn push_within<T>(v: &mut VecDeque<T>, x: T, max: usize) {
@@ -543,8 +547,20 @@ impl RecallMemory {
                 Err(std::sync::TryLockError::WouldBlock) => return None,
             }
         };
+        if !wait && self.runs_must_grow_far(&w) {
+            return None;
+        }
         let start = self.append_locked(&mut w, context, tokens, Some((own, from)), wait);
         Some(start..start + tokens.len() as u64)
+    }
+
+    /// Whether one more run needs the runs' deque to grow past
+    /// [`IN_FLIGHT_RUNS`]: a copy of more than 320 KiB, which an append that
+    /// may wait (a request's end) makes rather than a draft call.
+    fn runs_must_grow_far(&self, w: &Writer) -> bool {
+        w.runs.len() == w.runs.capacity()
+            && w.runs.len() >= IN_FLIGHT_RUNS
+            && w.runs.len() <= self.max_runs()
     }
 
     /// The writer lock, for an append that may wait: a wait is counted
@@ -583,6 +599,13 @@ impl RecallMemory {
     /// Requests whose end was published.
     pub(crate) fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Runs held and the room their deque has for them.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn runs_room(&self) -> (usize, usize) {
+        let w = lock(&self.writer);
+        (w.runs.len(), w.runs.capacity())
     }
 
     /// Holds the writer lock, as another thread's append would.

@@ -354,3 +354,33 @@ fn an_export_from_any_position_is_every_local_run_after_it() {
         }
     }
 }
+
+#[test]
+fn a_draft_call_leaves_a_large_growth_of_the_runs_to_a_request_end() {
+    let memory = RecallMemory::new(96 << 20);
+    let text = phrase_text(3, 20, 20_000);
+    // Runs of one token each, until their deque is full at 4096 or more.
+    for (i, &t) in text.iter().enumerate() {
+        memory.append(&[t]);
+        let (len, room) = memory.runs_room();
+        if len == room && len >= 4096 {
+            break;
+        }
+        assert!(i < 10_000, "the deque filled up");
+    }
+    let (len, room) = memory.runs_room();
+    let hasher = Hasher::new();
+    let mut own = SeqIndex::new(1 << 16);
+    own.extend(&hasher, &text[..200]);
+    // In flight: nothing appended, nothing moved.
+    assert_eq!(memory.append_own(&own, 100, 150, false), None);
+    assert_eq!(memory.runs_room(), (len, room));
+    // At a request's end: appended, the deque grown.
+    let end = memory.appended();
+    assert_eq!(memory.append_own(&own, 100, 150, true), Some(end..end + 50));
+    let (after, grown) = memory.runs_room();
+    assert_eq!(after, len + 1);
+    assert!(grown > room);
+    // And in flight again, now that there is room.
+    assert!(memory.append_own(&own, 150, 200, false).is_some());
+}
