@@ -794,6 +794,32 @@ fn bench_scopes(c: &mut Criterion) {
     group.finish();
 }
 
+/// What a request's start costs on an engine of many scopes (one per
+/// tenant): `Shared::scope` and `Speculative::with_shared`, each of which
+/// checks the engine's budget, on scopes that each hold a request.
+fn bench_scope_start(c: &mut Criterion) {
+    let config = Config::recommended();
+    let mut group = c.benchmark_group("scope-start");
+    for n in [16usize, 1024] {
+        let shared = Shared::new(&config).unwrap();
+        let names: Vec<String> = (0..n).map(|i| format!("tenant-{i}")).collect();
+        for (i, name) in names.iter().enumerate() {
+            let mut spec = Speculative::with_shared(&config, &shared.scope(name)).unwrap();
+            spec.begin(&stream(200, 7 + i as u64));
+            spec.end_request();
+        }
+        let mut k = 0;
+        group.bench_function(format!("{n}"), |b| {
+            b.iter(|| {
+                let scope = shared.scope(&names[k % n]);
+                k += 1;
+                black_box(Speculative::with_shared(&config, &scope).unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
 /// Save, load, export and import of a memory filled to its default budget
 /// (256 MiB: 2 Mi tokens).
 fn bench_memory_file(c: &mut Criterion) {
@@ -887,6 +913,7 @@ fn bench_replica_export(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_scopes,
+    bench_scope_start,
     bench_memory_file,
     bench_replica_export,
     bench_concurrency,

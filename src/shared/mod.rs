@@ -6,13 +6,14 @@ mod replicas;
 
 pub use replicas::Cursor;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::limits::{check_range, MAX_BUDGET, MIN_BUDGET};
 use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
-use crate::strategies::{NgramPool, RecallMemory};
+use crate::strategies::{EngineBytes, NgramPool, RecallMemory};
 use crate::sync;
 use crate::Error;
 
@@ -123,8 +124,11 @@ struct Inner {
     budget: Budget,
     /// The default scope (`""`).
     root: Arc<Scope>,
-    /// Every scope but the default one, in no particular order.
-    scopes: Mutex<Vec<Arc<Scope>>>,
+    /// Every scope but the default one, by name.
+    scopes: Mutex<HashMap<Box<str>, Arc<Scope>>>,
+    /// Heap bytes of every scope together, kept current by their memories
+    /// and pools: the budget check at a request's start reads this.
+    bytes: EngineBytes,
     /// Ticks of scope use, for least-recently-used forgetting.
     clock: AtomicU64,
     /// Saves: count, total and last duration (ns).
@@ -133,36 +137,55 @@ struct Inner {
     saving: Mutex<()>,
 }
 
-/// A scope's heap beyond its memory's tokens and its pool: the smallest
-/// bucket arrays and the learned tables (the bound `tests/engine_memory.rs`
-/// checks).
-const SCOPE_OVERHEAD: usize = 8 * 4096 * 4 + (16 << 10);
-
 /// One tenant's learned state: what its drafters read and feed, and
 /// nothing of any other scope's.
 #[derive(Debug)]
 struct Scope {
     name: Box<str>,
-    pool: Mutex<Option<Arc<NgramPool>>>,
+    /// The pool, and whether its cells are in the engine's count.
+    pool: Mutex<(Option<Arc<NgramPool>>, bool)>,
     recall: Mutex<Option<sync::Arc<RecallMemory>>>,
     /// The engine's clock when this scope was last asked for.
     used: AtomicU64,
+    /// Still part of its engine (not forgotten, not dropped): what it makes
+    /// from now on is counted in the engine's bytes.
+    attached: AtomicBool,
 }
 
 impl Scope {
     fn new(name: &str) -> Scope {
         Scope {
             name: name.into(),
-            pool: Mutex::new(None),
+            pool: Mutex::new((None, false)),
             recall: Mutex::new(None),
             used: AtomicU64::new(0),
+            attached: AtomicBool::new(true),
         }
     }
 
     fn heap_bytes(&self) -> usize {
         let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
-        pool.as_ref().map_or(0, |p| p.size_bytes()) + recall.as_ref().map_or(0, |m| m.heap_bytes())
+        pool.0.as_ref().map_or(0, |p| p.size_bytes())
+            + recall.as_ref().map_or(0, |m| m.heap_bytes())
+    }
+
+    /// Takes the scope out of the engine's count (`bytes`): it is no longer
+    /// part of the engine. The flag goes first, so that a pool or memory
+    /// made meanwhile (under its lock, which this takes next) is not
+    /// counted either.
+    fn detach(&self, bytes: &AtomicU64) {
+        self.attached.store(false, Ordering::SeqCst);
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(p), true) = (&pool.0, pool.1) {
+            bytes.fetch_sub(p.size_bytes() as u64, Ordering::Relaxed);
+            pool.1 = false;
+        }
+        drop(pool);
+        let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = &*recall {
+            m.detach();
+        }
     }
 }
 
@@ -305,7 +328,8 @@ impl Shared {
                 pool_size: config.pool_size,
                 budget,
                 root: Arc::clone(&root),
-                scopes: Mutex::new(Vec::new()),
+                scopes: Mutex::new(HashMap::new()),
+                bytes: EngineBytes::default(),
                 clock: AtomicU64::new(0),
                 saves: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
                 saving: Mutex::new(()),
@@ -379,11 +403,11 @@ impl Shared {
             return root;
         }
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let scope = match scopes.iter().find(|s| &*s.name == name) {
+        let scope = match scopes.get(name) {
             Some(s) => Arc::clone(s),
             None => {
                 let s = Arc::new(Scope::new(name));
-                scopes.push(Arc::clone(&s));
+                scopes.insert(name.into(), Arc::clone(&s));
                 s
             }
         };
@@ -415,44 +439,44 @@ impl Shared {
     #[allow(clippy::must_use_candidate)] // called for its effect
     pub fn drop_scope(&self, name: &str) -> bool {
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let before = scopes.len();
-        scopes.retain(|s| &*s.name != name);
-        scopes.len() != before
+        let Some(scope) = scopes.remove(name) else {
+            return false;
+        };
+        drop(scopes);
+        scope.detach(&self.inner.bytes);
+        true
     }
 
-    /// The names of the scopes made so far (the default one, `""`, first).
+    /// The names of the scopes made so far: the default one, `""`, first,
+    /// then the others in order.
     #[must_use]
     pub fn scope_names(&self) -> Vec<String> {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        std::iter::once(String::new())
-            .chain(scopes.iter().map(|s| s.name.to_string()))
-            .collect()
+        let mut names: Vec<String> = scopes.keys().map(|name| name.to_string()).collect();
+        names.sort_unstable();
+        std::iter::once(String::new()).chain(names).collect()
     }
 
     /// Forgets least recently used scopes (never this handle's or the
-    /// default one) while all of them hold more than [`Budget::engine`].
+    /// default one) while all of them hold more than [`Budget::engine`]:
+    /// one load of the engine's count when they do not (the usual case),
+    /// a walk over the scopes for each one forgotten.
     pub(crate) fn enforce_engine_budget(&self) {
-        let limit = self.inner.budget.engine;
-        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        // No scope can be over when all of them full would fit (the usual
-        // case: a few scopes): no scope's memory is read then.
-        let most =
-            self.inner.budget.memory + self.inner.pool_size.saturating_mul(8) + SCOPE_OVERHEAD;
-        if (scopes.len() + 1).saturating_mul(most) <= limit {
+        let limit = self.inner.budget.engine as u64;
+        if self.inner.bytes.load(Ordering::Relaxed) <= limit {
             return;
         }
-        let mut total: usize =
-            self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>();
-        while total > limit {
+        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        while self.inner.bytes.load(Ordering::Relaxed) > limit {
             let victim = scopes
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| !Arc::ptr_eq(s, &self.scope))
-                .min_by_key(|(_, s)| s.used.load(Ordering::Relaxed))
-                .map(|(i, _)| i);
-            let Some(i) = victim else { break };
-            total = total.saturating_sub(scopes[i].heap_bytes());
-            scopes.swap_remove(i);
+                .values()
+                .filter(|s| !Arc::ptr_eq(s, &self.scope))
+                .min_by_key(|s| s.used.load(Ordering::Relaxed))
+                .map(|s| Box::<str>::from(&*s.name));
+            let Some(name) = victim else { break };
+            if let Some(scope) = scopes.remove(&name) {
+                scope.detach(&self.inner.bytes);
+            }
         }
     }
 
@@ -476,11 +500,18 @@ impl Shared {
     /// When the pool's cells cannot be allocated (see [`NgramPool::new`]).
     pub(crate) fn pool(&self) -> Result<Arc<NgramPool>, Error> {
         let mut pool = self.scope.pool.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = &*pool {
+        if let Some(p) = &pool.0 {
             return Ok(Arc::clone(p));
         }
         let p = Arc::new(NgramPool::new(self.inner.pool_size)?);
-        *pool = Some(Arc::clone(&p));
+        // Read under the pool's lock, which a detach takes after clearing it.
+        let counted = self.scope.attached.load(Ordering::SeqCst);
+        if counted {
+            self.inner
+                .bytes
+                .fetch_add(p.size_bytes() as u64, Ordering::Relaxed);
+        }
+        *pool = (Some(Arc::clone(&p)), counted);
         Ok(p)
     }
 
@@ -491,6 +522,7 @@ impl Shared {
             .pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .clone()
     }
 
@@ -499,7 +531,14 @@ impl Shared {
     pub(crate) fn recall_memory(&self) -> sync::Arc<RecallMemory> {
         let mut recall = self.scope.recall.lock().unwrap_or_else(|e| e.into_inner());
         recall
-            .get_or_insert_with(|| sync::Arc::new(RecallMemory::new(self.inner.budget.memory)))
+            .get_or_insert_with(|| {
+                let memory = sync::Arc::new(RecallMemory::new(self.inner.budget.memory));
+                // Read under the memory's slot lock, as in `pool`.
+                if self.scope.attached.load(Ordering::SeqCst) {
+                    memory.attach(EngineBytes::clone(&self.inner.bytes));
+                }
+                memory
+            })
             .clone()
     }
 
@@ -525,7 +564,7 @@ impl Shared {
     #[must_use]
     pub fn engine_heap_bytes(&self) -> usize {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        self.inner.root.heap_bytes() + scopes.iter().map(|s| s.heap_bytes()).sum::<usize>()
+        self.inner.root.heap_bytes() + scopes.values().map(|s| s.heap_bytes()).sum::<usize>()
     }
 
     /// One save at a time.
@@ -545,8 +584,10 @@ impl Shared {
     /// Every scope's handle, the default one first (what a save writes).
     pub(crate) fn every_scope(&self) -> Vec<Shared> {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut named: Vec<&Arc<Scope>> = scopes.values().collect();
+        named.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         std::iter::once(Arc::clone(&self.inner.root))
-            .chain(scopes.iter().cloned())
+            .chain(named.into_iter().cloned())
             .map(|scope| Shared {
                 inner: Arc::clone(&self.inner),
                 scope,
@@ -647,5 +688,73 @@ impl Shared {
             pool_cells: pool.as_ref().map_or(0, |p| wide(p.size())),
             heap_bytes: wide(self.heap_bytes()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Speculative, Strategy, Token};
+
+    /// The engine's count against every attached scope's heap, added up.
+    fn counted_and_held(shared: &Shared) -> (usize, usize) {
+        let counted = usize::try_from(shared.inner.bytes.load(Ordering::Relaxed)).unwrap();
+        (counted, shared.engine_heap_bytes())
+    }
+
+    #[test]
+    fn the_engine_count_is_every_scope_s_heap_through_forgetting_and_drops() {
+        // Both kinds of engine-wide state: a pool and a memory per scope.
+        let config = Config::new([
+            Strategy::NgramMod { n: 8 },
+            Strategy::Recall {
+                threshold_permille: 130,
+            },
+        ])
+        .with_pool_size(1 << 12);
+        let budget = Budget {
+            memory: 1 << 20,
+            engine: 4 << 20,
+            ..Budget::default()
+        };
+        let shared = Shared::builder().budget(budget).build(&config).unwrap();
+        let mut x = 7u64;
+        for i in 0..60u64 {
+            let scope = shared.scope(&format!("tenant-{}", i % 23));
+            let text: Vec<Token> = (0..400 + 300 * (i % 5))
+                .map(|_| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    Token::try_from(x >> 50).unwrap()
+                })
+                .collect();
+            let mut spec = Speculative::with_shared(&config, &scope).unwrap();
+            spec.begin(&text);
+            spec.end_request();
+            if i % 7 == 3 {
+                assert!(shared.drop_scope(&format!("tenant-{}", i % 23)));
+            }
+            let (counted, held) = counted_and_held(&shared);
+            assert_eq!(counted, held, "after request {i}");
+        }
+        // It had to forget, and stays within the engine's budget (plus the
+        // one scope a request may grow between checks).
+        assert!(
+            shared.scope_names().len() < 24,
+            "{:?}",
+            shared.scope_names()
+        );
+        let (counted, _) = counted_and_held(&shared);
+        assert!(
+            counted <= budget.engine + budget.memory + (1 << 16),
+            "{counted}"
+        );
+        // A dropped scope's handle still drafts, outside the count.
+        let gone = shared.scope("gone");
+        let mut spec = Speculative::with_shared(&config, &gone).unwrap();
+        spec.begin(&[1, 2, 3, 1, 2]);
+        assert!(shared.drop_scope("gone"));
+        spec.end_request();
+        let (counted, held) = counted_and_held(&shared);
+        assert_eq!(counted, held);
     }
 }

@@ -72,6 +72,12 @@ fn memory_capacity_of(budget: usize) -> usize {
     tokens_within(budget, MEMORY_BYTES_PER_TOKEN)
 }
 
+/// An engine's count of the heap bytes its scopes hold, which each of their
+/// memories keeps current while it is attached (so that the engine's budget
+/// check reads one number, not every scope's). Not part of the protocol
+/// `--cfg loom` checks.
+pub(crate) type EngineBytes = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
 /// The most runs whose deque a draft call's in-flight append may grow
 /// (moving 80 bytes a run): beyond it, growth waits for a request's end.
 const IN_FLIGHT_RUNS: usize = 4096;
@@ -221,10 +227,13 @@ pub struct RecallMemory {
     waits: [AtomicU64; 3],
     /// Requests whose end was published.
     requests: AtomicU64,
-    /// Heap bytes of the writer's runs and imported ranges (written by the
-    /// writer only, read by [`heap_bytes`](RecallMemory::heap_bytes), which
-    /// so takes no lock).
+    /// Heap bytes of the writer's runs and imported ranges, and of the
+    /// tables (written by the writer only, read by
+    /// [`heap_bytes`](RecallMemory::heap_bytes), which so takes no lock).
     bookkeeping: AtomicU64,
+    table_bytes: AtomicU64,
+    /// The engine count this memory's heap is in, and what it added to it.
+    meter: std::sync::Mutex<Option<(EngineBytes, u64)>>,
 }
 
 /// How often and how long writers waited for the memory's writer lock.
@@ -257,16 +266,18 @@ impl RecallMemory {
     #[must_use]
     pub fn new(budget: usize) -> RecallMemory {
         let capacity = memory_capacity_of(budget) as u64;
+        let tables = Tables {
+            bits: MIN_BITS,
+            heads: atomics32(K << MIN_BITS),
+            chunks: Vec::new(),
+        };
+        let table_bytes = AtomicU64::new(tables.bytes() as u64);
         RecallMemory {
             capacity,
             end: AtomicU64::new(0),
             floor: AtomicU64::new(0),
             generation: AtomicU64::new(0),
-            tables: RwLock::new(Arc::new(Tables {
-                bits: MIN_BITS,
-                heads: atomics32(K << MIN_BITS),
-                chunks: Vec::new(),
-            })),
+            tables: RwLock::new(Arc::new(tables)),
             writer: Mutex::new(Writer {
                 hasher: Hasher::new(),
                 rolling: [0; K],
@@ -281,6 +292,8 @@ impl RecallMemory {
             waits: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             requests: AtomicU64::new(0),
             bookkeeping: AtomicU64::new(0),
+            table_bytes,
+            meter: std::sync::Mutex::new(None),
         }
     }
 
@@ -309,7 +322,7 @@ impl RecallMemory {
     /// (84 for the index, 12 for the bookkeeping of its runs), plus the
     /// learned tables (a fixed ~14 KiB).
     pub fn heap_bytes(&self) -> usize {
-        read_arc(&self.tables).bytes()
+        ix(self.table_bytes.load(Ordering::Relaxed))
             + ix(self.bookkeeping.load(Ordering::Relaxed))
             + 8 * CELLS
             + std::mem::size_of::<super::Learned>()
@@ -324,7 +337,43 @@ impl RecallMemory {
     fn count_bookkeeping(&self, w: &Writer) {
         let bytes = w.runs.capacity() * std::mem::size_of::<Run>()
             + w.imported.capacity() * std::mem::size_of::<(u64, u64)>();
-        self.bookkeeping.store(bytes as u64, Ordering::Relaxed);
+        if self.bookkeeping.swap(bytes as u64, Ordering::Relaxed) != bytes as u64 {
+            self.report();
+        }
+    }
+
+    /// Counts this memory's heap in `engine` from now on (what it holds
+    /// now at once), instead of any count it was in.
+    pub(crate) fn attach(&self, engine: EngineBytes) {
+        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((old, counted)) = meter.take() {
+            old.fetch_sub(counted, std::sync::atomic::Ordering::Relaxed);
+        }
+        let now = self.heap_bytes() as u64;
+        engine.fetch_add(now, std::sync::atomic::Ordering::Relaxed);
+        *meter = Some((engine, now));
+    }
+
+    /// Takes this memory's heap out of its engine's count (a forgotten
+    /// scope's memory lives on for the handles that still hold it).
+    pub(crate) fn detach(&self) {
+        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((engine, counted)) = meter.take() {
+            engine.fetch_sub(counted, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Brings the engine's count up to date after the heap changed.
+    fn report(&self) {
+        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((engine, counted)) = &mut *meter {
+            let now = self.heap_bytes() as u64;
+            engine.fetch_add(
+                now.wrapping_sub(*counted),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            *counted = now;
+        }
     }
 
     /// The tokens held, oldest first, and each run of them (a request or a
@@ -711,6 +760,9 @@ impl RecallMemory {
         let next = Arc::new(next);
         write_arc(&self.tables, Arc::clone(&next));
         self.generation.fetch_add(1, Ordering::Release);
+        self.table_bytes
+            .store(next.bytes() as u64, Ordering::Relaxed);
+        self.report();
         next
     }
 

@@ -15,6 +15,7 @@ mod score;
 mod session;
 mod sources;
 
+pub(crate) use memory::EngineBytes;
 pub use memory::{RecallMemory, RunContext};
 
 /// The context orders, as saved in memory files.
