@@ -650,6 +650,12 @@ impl RecallMemory {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// Holds the learned tables' lock, as another drafter's sync would.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn hold_learned(&self) -> crate::sync::MutexGuard<'_, super::Learned> {
+        lock(&self.learned)
+    }
+
     /// Runs held and the room their deque has for them.
     #[cfg(all(test, not(loom)))]
     pub(super) fn runs_room(&self) -> (usize, usize) {

@@ -397,7 +397,7 @@ impl Drafter for Recall {
         self.work.clear();
         self.since_sync += 1;
         if self.since_sync >= SYNC_EVERY && self.engine_wide {
-            self.sync_learned();
+            self.try_sync_learned();
         }
         self.ingest(history, last);
         if self.own.end() - self.published.max(self.own.floor()) >= PUBLISH_EVERY

@@ -109,6 +109,20 @@ impl Recall {
         self.since_sync = 0;
     }
 
+    /// [`sync_learned`](Recall::sync_learned) if the tables' lock is free:
+    /// a draft call never waits for it. Under contention (many threads on
+    /// one memory) a drafter syncs less often; its steps wait in its delta.
+    pub(super) fn try_sync_learned(&mut self) {
+        let mut shared = match self.memory.learned().try_lock() {
+            Ok(shared) => shared,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        shared.weights.merge(&mut self.delta);
+        self.weights = shared.weights;
+        self.since_sync = 0;
+    }
+
     /// Starts a new session: the own index forgets (its text is in the memory).
     pub(super) fn new_session(&mut self) {
         self.finish_request();

@@ -384,3 +384,38 @@ fn a_draft_call_leaves_a_large_growth_of_the_runs_to_a_request_end() {
     // And in flight again, now that there is room.
     assert!(memory.append_own(&own, 150, 200, false).is_some());
 }
+
+#[test]
+fn a_draft_call_never_waits_for_the_selector_weights() {
+    let memory = Arc::new(RecallMemory::new(1 << 20));
+    let text = phrase_text(5, 30, 3000);
+    let mut r = Recall::with_memory(0.13, Arc::clone(&memory), 1 << 20, true);
+    r.begin(&text[..100]);
+    let mut at = 100;
+    let mut step = |r: &mut Recall| {
+        let d = draft(r, &text[..at], text[at], 16);
+        let n = d
+            .iter()
+            .zip(&text[at + 1..])
+            .take_while(|(a, b)| a == b)
+            .count();
+        if n > 0 {
+            r.accept(n);
+        }
+        at += 1 + n;
+    };
+    let before = memory.learned().lock().unwrap().weights;
+    {
+        // Same thread: a draft call that waited for the lock would deadlock.
+        let _held = memory.hold_learned();
+        for _ in 0..200 {
+            step(&mut r);
+        }
+    }
+    assert_eq!(memory.learned().lock().unwrap().weights, before);
+    // What it learned meanwhile reaches the engine at the next sync.
+    for _ in 0..SYNC_EVERY {
+        step(&mut r);
+    }
+    assert_ne!(memory.learned().lock().unwrap().weights, before);
+}
