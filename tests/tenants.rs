@@ -269,5 +269,9 @@ fn threads_over_scopes_with_saves_imports_and_drops() {
             "{} bytes",
             engine.engine_heap_bytes()
         );
+        // The count the budget check reads is every scope's heap, after
+        // six threads grew, forgot and dropped scopes at once.
+        let held: u64 = engine.scope_stats().iter().map(|(_, s)| s.heap_bytes).sum();
+        assert_eq!(engine.engine_heap_bytes() as u64, held);
     }
 }
