@@ -817,6 +817,27 @@ fn bench_scope_start(c: &mut Criterion) {
             })
         });
     }
+    // A new scope per request on an engine at its budget (about 8k scopes
+    // that hold nothing but themselves): each start forgets the least
+    // recently used one.
+    let simple = Config::new([selfspec::Strategy::NgramSimple { n: 12, m: 48 }]);
+    let budget = selfspec::Budget {
+        engine: 2 << 20,
+        ..selfspec::Budget::default()
+    };
+    let shared = Shared::builder().budget(budget).build(&simple).unwrap();
+    let mut k = 0u64;
+    group.bench_function("new-scope-at-budget", |b| {
+        b.iter(|| {
+            k += 1;
+            let scope = shared.scope(&format!("user-{k}"));
+            black_box(Speculative::with_shared(&simple, &scope).unwrap())
+        })
+    });
+    assert!(
+        shared.scope_names().len() > 4096,
+        "the engine held many scopes"
+    );
     group.finish();
 }
 

@@ -275,3 +275,31 @@ fn threads_over_scopes_with_saves_imports_and_drops() {
         assert_eq!(engine.engine_heap_bytes() as u64, held);
     }
 }
+
+#[test]
+fn scopes_asked_for_and_never_drafted_on_are_forgotten_too() {
+    // A configuration that keeps no engine-wide state: its scopes hold
+    // nothing but themselves, and still count against the engine's budget.
+    let config = Config::new([Strategy::NgramSimple { n: 12, m: 48 }]);
+    let budget = Budget {
+        engine: 1 << 20,
+        ..Budget::default()
+    };
+    let shared = Shared::builder().budget(budget).build(&config).unwrap();
+    for i in 0..100_000 {
+        let scope = shared.scope(&format!("user-{i}"));
+        let mut spec = Speculative::with_shared(&config, &scope).unwrap();
+        spec.begin(&[1, 2, 3]);
+        spec.end_request();
+    }
+    let held = shared.scope_names().len();
+    assert!((1000..20_000).contains(&held), "{held} scopes held");
+    assert!(
+        shared.engine_heap_bytes() <= budget.engine,
+        "{}",
+        shared.engine_heap_bytes()
+    );
+    // The most recent ones are the ones kept.
+    assert!(shared.scope_names().contains(&"user-99999".to_string()));
+    assert!(!shared.scope_names().contains(&"user-0".to_string()));
+}

@@ -6,7 +6,7 @@ mod replicas;
 
 pub use replicas::Cursor;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -124,8 +124,8 @@ struct Inner {
     budget: Budget,
     /// The default scope (`""`).
     root: Arc<Scope>,
-    /// Every scope but the default one, by name.
-    scopes: Mutex<HashMap<Box<str>, Arc<Scope>>>,
+    /// Every scope but the default one.
+    scopes: Mutex<Scopes>,
     /// Heap bytes of every scope together, kept current by their memories
     /// and pools: the budget check at a request's start reads this.
     bytes: EngineBytes,
@@ -135,6 +135,58 @@ struct Inner {
     saves: [AtomicU64; 3],
     /// Held by the save in progress.
     saving: Mutex<()>,
+}
+
+/// The named scopes of an engine, by name and by last use (so that the
+/// least recently used one is found without a walk over all of them).
+#[derive(Debug, Default)]
+struct Scopes {
+    by_name: HashMap<Box<str>, Arc<Scope>>,
+    /// Each scope's last use (a tick of the engine's clock) to its name.
+    by_use: BTreeMap<u64, Box<str>>,
+}
+
+impl Scopes {
+    /// The scope `name`, made if new (then also `true`), marked as used at
+    /// `tick`. Every named scope's use is written here, under the lock.
+    fn use_scope(&mut self, name: &str, tick: u64) -> (Arc<Scope>, bool) {
+        let (scope, made) = match self.by_name.get(name) {
+            Some(s) => {
+                self.by_use.remove(&s.used.load(Ordering::Relaxed));
+                (Arc::clone(s), false)
+            }
+            None => {
+                let s = Arc::new(Scope::new(name));
+                self.by_name.insert(name.into(), Arc::clone(&s));
+                (s, true)
+            }
+        };
+        scope.used.store(tick, Ordering::Relaxed);
+        self.by_use.insert(tick, name.into());
+        (scope, made)
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Arc<Scope>> {
+        let scope = self.by_name.remove(name)?;
+        self.by_use.remove(&scope.used.load(Ordering::Relaxed));
+        Some(scope)
+    }
+
+    /// The least recently used scope but `keep`.
+    fn oldest_but(&self, keep: &Arc<Scope>) -> Option<Box<str>> {
+        self.by_use
+            .values()
+            .find(|name| {
+                self.by_name
+                    .get(&**name)
+                    .is_some_and(|s| !Arc::ptr_eq(s, keep))
+            })
+            .cloned()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Arc<Scope>> {
+        self.by_name.values()
+    }
 }
 
 /// One tenant's learned state: what its drafters read and feed, and
@@ -166,8 +218,20 @@ impl Scope {
     fn heap_bytes(&self) -> usize {
         let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
-        pool.0.as_ref().map_or(0, |p| p.size_bytes())
+        Scope::own_bytes(&self.name)
+            + pool.0.as_ref().map_or(0, |p| p.size_bytes())
             + recall.as_ref().map_or(0, |m| m.heap_bytes())
+    }
+
+    /// What a scope costs before it holds anything: itself, its entry in
+    /// the engine's map and its name twice. Counted, so that scopes asked
+    /// for and never drafted on (a name per user, with a configuration
+    /// that keeps no engine-wide state) are forgotten like the others.
+    fn own_bytes(name: &str) -> usize {
+        std::mem::size_of::<Scope>()
+            + std::mem::size_of::<(Box<str>, Arc<Scope>)>()
+            + 2 * std::mem::size_of::<usize>()
+            + 2 * name.len()
     }
 
     /// Takes the scope out of the engine's count (`bytes`): it is no longer
@@ -176,6 +240,7 @@ impl Scope {
     /// counted either.
     fn detach(&self, bytes: &AtomicU64) {
         self.attached.store(false, Ordering::SeqCst);
+        bytes.fetch_sub(Scope::own_bytes(&self.name) as u64, Ordering::Relaxed);
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(p), true) = (&pool.0, pool.1) {
             bytes.fetch_sub(p.size_bytes() as u64, Ordering::Relaxed);
@@ -323,13 +388,15 @@ impl Shared {
 
     fn with_parts(config: &Config, budget: Budget) -> Shared {
         let root = Arc::new(Scope::new(""));
+        let bytes = EngineBytes::default();
+        bytes.fetch_add(Scope::own_bytes("") as u64, Ordering::Relaxed);
         Shared {
             inner: Arc::new(Inner {
                 pool_size: config.pool_size,
                 budget,
                 root: Arc::clone(&root),
-                scopes: Mutex::new(HashMap::new()),
-                bytes: EngineBytes::default(),
+                scopes: Mutex::new(Scopes::default()),
+                bytes,
                 clock: AtomicU64::new(0),
                 saves: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
                 saving: Mutex::new(()),
@@ -403,15 +470,13 @@ impl Shared {
             return root;
         }
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let scope = match scopes.get(name) {
-            Some(s) => Arc::clone(s),
-            None => {
-                let s = Arc::new(Scope::new(name));
-                scopes.insert(name.into(), Arc::clone(&s));
-                s
-            }
-        };
-        scope.used.store(tick, Ordering::Relaxed);
+        let (scope, made) = scopes.use_scope(name, tick);
+        if made {
+            self.inner
+                .bytes
+                .fetch_add(Scope::own_bytes(name) as u64, Ordering::Relaxed);
+        }
+        drop(scopes);
         Shared {
             inner: Arc::clone(&self.inner),
             scope,
@@ -452,15 +517,14 @@ impl Shared {
     #[must_use]
     pub fn scope_names(&self) -> Vec<String> {
         let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = scopes.keys().map(|name| name.to_string()).collect();
+        let mut names: Vec<String> = scopes.by_name.keys().map(|name| name.to_string()).collect();
         names.sort_unstable();
         std::iter::once(String::new()).chain(names).collect()
     }
 
     /// Forgets least recently used scopes (never this handle's or the
     /// default one) while all of them hold more than [`Budget::engine`]:
-    /// one load of the engine's count when they do not (the usual case),
-    /// a walk over the scopes for each one forgotten.
+    /// one load of the engine's count when they do not (the usual case).
     pub(crate) fn enforce_engine_budget(&self) {
         let limit = self.inner.budget.engine as u64;
         if self.inner.bytes.load(Ordering::Relaxed) <= limit {
@@ -468,12 +532,9 @@ impl Shared {
         }
         let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
         while self.inner.bytes.load(Ordering::Relaxed) > limit {
-            let victim = scopes
-                .values()
-                .filter(|s| !Arc::ptr_eq(s, &self.scope))
-                .min_by_key(|s| s.used.load(Ordering::Relaxed))
-                .map(|s| Box::<str>::from(&*s.name));
-            let Some(name) = victim else { break };
+            let Some(name) = scopes.oldest_but(&self.scope) else {
+                break;
+            };
             if let Some(scope) = scopes.remove(&name) {
                 scope.detach(&self.inner.bytes);
             }
