@@ -23,12 +23,12 @@ const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 /// contexts a bucket, 2.5 us with up to two and 6 us with 2^20 buckets; eight
 /// and sixteen measured the same as four within the machine's noise.
 pub(super) const MAX_LOAD: usize = 4;
-/// Smallest bucket array of the engine-wide memory: 2^12 buckets per order.
-pub(super) const MIN_BITS: u32 = if cfg!(loom) { 1 } else { 12 };
-/// Smallest bucket array of a sequence's own index: 2^8 buckets per order
-/// (8 KiB in all, grown with the session like the memory's), so that a
-/// drafter made per request does not start by filling 128 KiB.
-const SEQ_MIN_BITS: u32 = 8;
+/// Smallest bucket array, of a sequence's own index and of the engine-wide
+/// memory alike: 2^8 buckets per order (8 KiB in all), grown with what they
+/// hold, so that a drafter made per request, or a scope's new memory, does
+/// not start by filling 128 KiB (2^12: the drafts are the same; DESIGN.md,
+/// "Tuned constants").
+pub(super) const MIN_BITS: u32 = if cfg!(loom) { 1 } else { 8 };
 /// Heap bytes per indexed token at most: the token (4), one 8-byte link per
 /// order (64) and up to one bucket per two contexts of each order (16).
 /// Budgets in bytes are turned into token capacities with it.
@@ -216,8 +216,8 @@ impl SeqIndex {
             base: 0,
             stream: Roomy::default(),
             links: Roomy::default(),
-            heads: vec![vec![NONE; 1 << SEQ_MIN_BITS]; K],
-            bits: SEQ_MIN_BITS,
+            heads: vec![vec![NONE; 1 << MIN_BITS]; K],
+            bits: MIN_BITS,
             rolling: [0; K],
             capacity: capacity.max(2 * ORDERS[K - 1]),
         }
@@ -348,7 +348,7 @@ impl SeqIndex {
         }
         self.bits = (len.next_power_of_two() / 2)
             .trailing_zeros()
-            .clamp(SEQ_MIN_BITS, 31);
+            .clamp(MIN_BITS, 31);
         let size = 1usize << self.bits;
         for heads in &mut self.heads {
             heads.clear();

@@ -320,7 +320,7 @@ impl RecallMemory {
 
     /// Heap bytes held: at most [`capacity`](RecallMemory::capacity) x 96
     /// (84 for the index, 12 for the bookkeeping of its runs), plus the
-    /// learned tables (a fixed ~14 KiB).
+    /// smallest bucket arrays and the learned tables (a fixed 15 KiB).
     pub fn heap_bytes(&self) -> usize {
         ix(self.table_bytes.load(Ordering::Relaxed))
             + ix(self.bookkeeping.load(Ordering::Relaxed))
