@@ -19,6 +19,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Locks `m` if no one holds it, ignoring poisoning as [`lock`] does:
+/// `None` when another thread holds it.
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// A clone of the `Arc` behind `l` (a read lock held for the clone only).
 pub(crate) fn read_arc<T>(l: &RwLock<Arc<T>>) -> Arc<T> {
     match l.read() {

@@ -22,7 +22,9 @@
 //! position without its token and links; `loom_tests.rs` beside this file
 //! does the same for a publication from a sequence's own index.
 
-use crate::sync::{lock, read_arc, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{
+    lock, read_arc, try_lock, write_arc, Arc, AtomicU32, AtomicU64, Mutex, Ordering, RwLock,
+};
 use crate::token::Token;
 use std::collections::VecDeque;
 
@@ -227,10 +229,12 @@ pub struct RecallMemory {
     waits: [AtomicU64; 3],
     /// Requests whose end was published.
     requests: AtomicU64,
-    /// Heap bytes of the writer's runs and imported ranges, and of the
-    /// tables (written by the writer only, read by
-    /// [`heap_bytes`](RecallMemory::heap_bytes), which so takes no lock).
+    /// Heap bytes of the writer's runs and imported ranges (written by the
+    /// writer only, read by [`heap_bytes`](RecallMemory::heap_bytes), which
+    /// so takes no lock).
     bookkeeping: AtomicU64,
+    /// Heap bytes of the current tables (the same: written where the writer
+    /// makes new tables).
     table_bytes: AtomicU64,
     /// The engine count this memory's heap is in, and what it added to it.
     meter: std::sync::Mutex<Option<(EngineBytes, u64)>>,
@@ -335,9 +339,12 @@ impl RecallMemory {
 
     /// Records the heap bytes of `w`'s runs and imported ranges.
     fn count_bookkeeping(&self, w: &Writer) {
-        let bytes = w.runs.capacity() * std::mem::size_of::<Run>()
-            + w.imported.capacity() * std::mem::size_of::<(u64, u64)>();
-        if self.bookkeeping.swap(bytes as u64, Ordering::Relaxed) != bytes as u64 {
+        let bytes = (w.runs.capacity() * std::mem::size_of::<Run>()
+            + w.imported.capacity() * std::mem::size_of::<(u64, u64)>()) as u64;
+        // Only the writer stores it: a store when it changed (a deque grew),
+        // no read-modify-write on every append.
+        if self.bookkeeping.load(Ordering::Relaxed) != bytes {
+            self.bookkeeping.store(bytes, Ordering::Relaxed);
             self.report();
         }
     }
@@ -590,11 +597,7 @@ impl RecallMemory {
         let mut w = if wait {
             self.writer()
         } else {
-            match self.writer.try_lock() {
-                Ok(w) => w,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return None,
-            }
+            try_lock(&self.writer)?
         };
         if !wait && self.runs_must_grow_far(&w) {
             return None;
@@ -616,19 +619,16 @@ impl RecallMemory {
     /// (by the waiting writer only, so readers and the holder gain no
     /// shared writes).
     fn writer(&self) -> crate::sync::MutexGuard<'_, Writer> {
-        match self.writer.try_lock() {
-            Ok(w) => w,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                let started = std::time::Instant::now();
-                let w = lock(&self.writer);
-                let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                self.waits[0].fetch_add(1, Ordering::Relaxed);
-                self.waits[1].fetch_add(waited, Ordering::Relaxed);
-                self.waits[2].fetch_max(waited, Ordering::Relaxed);
-                w
-            }
+        if let Some(w) = try_lock(&self.writer) {
+            return w;
         }
+        let started = std::time::Instant::now();
+        let w = lock(&self.writer);
+        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.waits[0].fetch_add(1, Ordering::Relaxed);
+        self.waits[1].fetch_add(waited, Ordering::Relaxed);
+        self.waits[2].fetch_max(waited, Ordering::Relaxed);
+        w
     }
 
     /// How often and how long appends waited for another writer.

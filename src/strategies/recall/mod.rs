@@ -23,7 +23,7 @@ pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
 
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Roomy;
-use crate::sync::{lock, Arc};
+use crate::sync::{lock, try_lock, Arc};
 use crate::token::Token;
 
 use calibrate::{m_bucket, Cell};
@@ -397,7 +397,7 @@ impl Drafter for Recall {
         self.work.clear();
         self.since_sync += 1;
         if self.since_sync >= SYNC_EVERY && self.engine_wide {
-            self.try_sync_learned();
+            self.sync_learned(false);
         }
         self.ingest(history, last);
         if self.own.end() - self.published.max(self.own.floor()) >= PUBLISH_EVERY

@@ -14,7 +14,7 @@ impl Recall {
             self.memory.count_request();
         }
         self.publish();
-        self.sync_learned();
+        self.sync_learned(true);
     }
 
     /// [`finish_request`](Recall::finish_request) if neither the writer
@@ -31,11 +31,7 @@ impl Recall {
             return false;
         }
         self.published = self.own.end();
-        let Ok(mut shared) = self.memory.learned().try_lock() else {
-            return false;
-        };
-        shared.weights.merge(&mut self.delta);
-        true
+        self.sync_learned(false)
     }
 
     /// Hands the own tokens not yet in the memory to it, after the tokens
@@ -101,26 +97,24 @@ impl Recall {
     }
 
     /// Merges what this drafter learned into the engine-wide tables and
-    /// takes theirs (everything other sequences merged meanwhile).
-    pub(super) fn sync_learned(&mut self) {
-        let mut shared = lock(self.memory.learned());
-        shared.weights.merge(&mut self.delta);
-        self.weights = shared.weights;
-        self.since_sync = 0;
-    }
-
-    /// [`sync_learned`](Recall::sync_learned) if the tables' lock is free:
-    /// a draft call never waits for it. Under contention (many threads on
-    /// one memory) a drafter syncs less often; its steps wait in its delta.
-    pub(super) fn try_sync_learned(&mut self) {
-        let mut shared = match self.memory.learned().try_lock() {
-            Ok(shared) => shared,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
+    /// takes theirs (everything other sequences merged meanwhile). Without
+    /// `wait`, only if their lock is free: a draft call or a drop never
+    /// waits for it, and under contention (many threads on one memory) a
+    /// drafter syncs less often, its steps kept in its delta. Returns
+    /// whether it synced.
+    pub(super) fn sync_learned(&mut self, wait: bool) -> bool {
+        let shared = if wait {
+            Some(lock(self.memory.learned()))
+        } else {
+            try_lock(self.memory.learned())
+        };
+        let Some(mut shared) = shared else {
+            return false;
         };
         shared.weights.merge(&mut self.delta);
         self.weights = shared.weights;
         self.since_sync = 0;
+        true
     }
 
     /// Starts a new session: the own index forgets (its text is in the memory).
