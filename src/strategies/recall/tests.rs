@@ -152,8 +152,17 @@ fn writer_waits_are_counted_on_the_writers_side() {
     let waiter = {
         let held = memory.hold_writer();
         let memory = Arc::clone(&memory);
-        let waiter = std::thread::spawn(move || memory.append_after(&[], &[4, 5, 6]));
-        // The waiter reaches the lock long before this sleep ends.
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let waiter = {
+            let started = Arc::clone(&started);
+            std::thread::spawn(move || {
+                started.wait();
+                memory.append_after(&[], &[4, 5, 6]);
+            })
+        };
+        // Once running, the waiter reaches the lock in microseconds: long
+        // before this sleep ends, even on a loaded machine.
+        started.wait();
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(held);
         waiter
