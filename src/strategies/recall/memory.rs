@@ -27,6 +27,8 @@ use crate::sync::{
 };
 use crate::token::Token;
 use std::collections::VecDeque;
+// The engine's byte count is a std atomic under `--cfg loom` too.
+use std::sync::atomic::Ordering as EngineOrdering;
 
 use super::calibrate::{Calibration, CELLS};
 use super::index::{
@@ -349,36 +351,39 @@ impl RecallMemory {
         }
     }
 
+    /// The engine count this memory is in (a std lock: the engine's count
+    /// is outside the protocol `--cfg loom` checks).
+    fn meter(&self) -> std::sync::MutexGuard<'_, Option<(EngineBytes, u64)>> {
+        self.meter.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Counts this memory's heap in `engine` from now on (what it holds
     /// now at once), instead of any count it was in.
     pub(crate) fn attach(&self, engine: EngineBytes) {
-        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        let mut meter = self.meter();
         if let Some((old, counted)) = meter.take() {
-            old.fetch_sub(counted, std::sync::atomic::Ordering::Relaxed);
+            old.fetch_sub(counted, EngineOrdering::Relaxed);
         }
         let now = self.heap_bytes() as u64;
-        engine.fetch_add(now, std::sync::atomic::Ordering::Relaxed);
+        engine.fetch_add(now, EngineOrdering::Relaxed);
         *meter = Some((engine, now));
     }
 
     /// Takes this memory's heap out of its engine's count (a forgotten
     /// scope's memory lives on for the handles that still hold it).
     pub(crate) fn detach(&self) {
-        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        let mut meter = self.meter();
         if let Some((engine, counted)) = meter.take() {
-            engine.fetch_sub(counted, std::sync::atomic::Ordering::Relaxed);
+            engine.fetch_sub(counted, EngineOrdering::Relaxed);
         }
     }
 
     /// Brings the engine's count up to date after the heap changed.
     fn report(&self) {
-        let mut meter = self.meter.lock().unwrap_or_else(|e| e.into_inner());
+        let mut meter = self.meter();
         if let Some((engine, counted)) = &mut *meter {
             let now = self.heap_bytes() as u64;
-            engine.fetch_add(
-                now.wrapping_sub(*counted),
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            engine.fetch_add(now.wrapping_sub(*counted), EngineOrdering::Relaxed);
             *counted = now;
         }
     }
