@@ -18,7 +18,9 @@ pub(super) struct Work {
     /// The cells of the last draft's tokens, and their source positions.
     pub(super) pending: Vec<Cell>,
     pub(super) sources: Vec<Pos>,
-    /// Each drafted token's calibrated probability of acceptance.
+    /// Each drafted token's probability of acceptance: its cell's, and
+    /// that with the session's lean (the one the stop rule used).
+    pub(super) cell_probabilities: Vec<f64>,
     pub(super) probabilities: Vec<f64>,
     /// Per draft position searched, the longest order worth probing one
     /// position later (see [`Recall::draft_tokens`]).
@@ -76,6 +78,7 @@ impl Work {
         self.chosen.clear();
         self.pending.clear();
         self.sources.clear();
+        self.cell_probabilities.clear();
         self.probabilities.clear();
         self.tops.clear();
     }

@@ -26,7 +26,7 @@ use crate::index::Roomy;
 use crate::sync::{lock, try_lock, Arc};
 use crate::token::Token;
 
-use calibrate::{m_bucket, Cell};
+use calibrate::{m_bucket, Cell, Lean};
 use choose::{Choice, Work};
 use index::{
     ix, match_len, occurrences, small, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS,
@@ -143,8 +143,11 @@ impl RecallMemory {
 /// learned online, by softmax regression, from the tokens the target chose.
 /// Each token's probability of acceptance is read from a table calibrated
 /// online from the engine's verifications (longest order, vote share,
-/// agreement with the copy pointer); the draft stops where the running
-/// product of these probabilities falls below the threshold. A low threshold
+/// agreement with the copy pointer), its odds leaned by how the session's
+/// own verifications departed from the table's word (so that code edits and
+/// chat on one engine each draft as they would alone); the draft stops
+/// where the running product of these probabilities falls below the
+/// threshold. A low threshold
 /// drafts long and aggressively, a high one short and safe. The weights and
 /// the calibration are engine-wide too: a new drafter starts from what all
 /// earlier ones learned.
@@ -205,6 +208,11 @@ pub struct Recall {
     /// Whether a call's search starts from the order bound the last call
     /// left (always, but for the tests that check it changes nothing).
     carry_top: bool,
+    /// The session's offset on the engine-wide calibration.
+    lean: Lean,
+    /// Whether the stop rule applies `lean` (always, but for the tests that
+    /// check the rest of the draft path on its own).
+    leans: bool,
 }
 
 impl Recall {
@@ -284,6 +292,8 @@ impl Recall {
             anchors: [None; ANCHORS],
             awaiting: None,
             carry_top: true,
+            lean: Lean::default(),
+            leans: true,
         }
     }
 
@@ -331,6 +341,8 @@ impl Clone for Recall {
             anchors: self.anchors,
             awaiting: self.awaiting,
             carry_top: self.carry_top,
+            lean: self.lean,
+            leans: self.leans,
         }
     }
 }
@@ -376,6 +388,9 @@ impl Drafter for Recall {
         // (the orchestrator does not forward 0).
         if let Some(&cell) = self.work.pending.first() {
             self.memory.calibration().record(cell, false);
+            if let Some(&p) = self.work.cell_probabilities.first() {
+                self.lean.record(p, false);
+            }
         }
         // The token the target chose where the last draft was rejected or
         // stopped; the history grew by the accepted tokens and that one.
@@ -411,6 +426,7 @@ impl Drafter for Recall {
             draft.truncate(base);
             self.work.pending.clear();
             self.work.sources.clear();
+            self.work.cell_probabilities.clear();
             self.work.probabilities.clear();
         }
         self.awaiting = Some((0, history.len() + 2));
@@ -420,15 +436,16 @@ impl Drafter for Recall {
         // Tokens before the first rejection were accepted; the first
         // rejected one was tried; later ones are unknown.
         let calibration = self.memory.calibration();
-        for (i, &cell) in self.work.pending.iter().enumerate() {
+        let w = &self.work;
+        for (i, (&cell, &p)) in w.pending.iter().zip(&w.cell_probabilities).enumerate() {
             calibration.record(cell, i < n_accepted);
+            self.lean.record(p, i < n_accepted);
             if i >= n_accepted {
                 break;
             }
         }
         // Accepted tokens were the right choices; the next call's `last`
         // tells the one after them.
-        let w = &self.work;
         for i in 0..n_accepted.min(w.chosen.len()).min(w.ranges.len()) {
             let (a, b) = w.ranges[i];
             self.weights.learn(
@@ -538,6 +555,7 @@ impl Recall {
                 .or_else(|| src.local(&self.anchors))
         };
         let mut top = top.min(K - 1);
+        let odds = if self.leans { self.lean.odds() } else { 1.0 };
         let work = &mut self.work;
         while draft.len() - base < limits.max {
             let drafted = &draft[base..];
@@ -583,7 +601,8 @@ impl Recall {
                     (&self.weights, &self.delta),
                 ),
             };
-            let (cell, p) = choice.probability(o, work.scratch.len(), calibration);
+            let (cell, cell_p) = choice.probability(o, work.scratch.len(), calibration);
+            let p = Lean::apply(cell_p, odds);
             if cumulative * p < self.threshold {
                 break;
             }
@@ -593,6 +612,7 @@ impl Recall {
             work.chosen.push(token);
             work.pending.push(cell);
             work.sources.push(choice.source);
+            work.cell_probabilities.push(cell_p);
             work.probabilities.push(p);
             let drafted = &draft[base..];
             pointer = Some(match copy {

@@ -125,6 +125,7 @@ impl Recall {
         self.mirrored.clear();
         self.anchors = [None; ANCHORS];
         self.expect = None;
+        self.lean = Lean::default();
     }
 
     /// Brings the own index up to date with `history ++ [last]`.

@@ -22,19 +22,28 @@ fn copies_long_repeats_and_stops_at_the_limit() {
     assert!(draft(&mut r, &history, text[100], 5).len() <= 5);
 }
 
+/// Draft calls over a periodic history whose target never follows the
+/// pattern (every draft is rejected at its first token, so the orchestrator
+/// calls no accept); whether each call drafted.
+fn rounds_rejected(r: &mut Recall, rounds: usize) -> Vec<bool> {
+    let mut history: Vec<Token> = [1, 2, 3].repeat(30);
+    (0..rounds)
+        .map(|round| {
+            let last = [1, 2, 3][round % 3];
+            let drafted = !draft(r, &history, last, 16).is_empty();
+            history.push(last);
+            drafted
+        })
+        .collect()
+}
+
 #[test]
 fn calibration_learns_from_rejections() {
-    // A periodic history, but the target never follows the pattern: every
-    // draft is rejected at its first token (the orchestrator then calls no
-    // accept). The calibrated probabilities fall and the drafts stop.
-    let mut r = Recall::new(0.2);
-    let mut history: Vec<Token> = [1, 2, 3].repeat(30);
-    let mut drafted = Vec::new();
-    for round in 0..300 {
-        let last = [1, 2, 3][round % 3];
-        drafted.push(!draft(&mut r, &history, last, 16).is_empty());
-        history.push(last);
-    }
+    // The engine-wide cells alone (no lean): the calibrated probabilities
+    // fall and the drafts stop.
+    let mut cells_only = Recall::new(0.2);
+    cells_only.leans = false;
+    let drafted = rounds_rejected(&mut cells_only, 300);
     assert!(
         drafted[..10].iter().all(|&d| d),
         "drafts at first: {:?}",
@@ -43,6 +52,25 @@ fn calibration_learns_from_rejections() {
     assert!(
         drafted[250..].iter().all(|&d| !d),
         "no drafts once calibrated"
+    );
+    // What the cells learned holds for every drafter on the memory: a new
+    // session there does not draft the pattern, one on a new memory does.
+    let history: Vec<Token> = [1, 2, 3].repeat(30);
+    let mut on_it = Recall::with_memory(0.2, Arc::clone(cells_only.memory()), 1 << 20, false);
+    on_it.begin(&history);
+    assert!(draft(&mut on_it, &history, 1, 16).is_empty());
+    let mut elsewhere = Recall::new(0.2);
+    elsewhere.begin(&history);
+    assert!(!draft(&mut elsewhere, &history, 1, 16).is_empty());
+    // With its lean, a session stops sooner than its cells alone tell it.
+    let leaning = rounds_rejected(&mut Recall::new(0.2), 300);
+    let count = |d: &[bool]| d.iter().filter(|&&d| d).count();
+    assert!(leaning[0] && leaning[250..].iter().all(|&d| !d));
+    assert!(
+        count(&leaning) < count(&drafted),
+        "{} calls drafted with the lean, {} without",
+        count(&leaning),
+        count(&drafted)
     );
 }
 
@@ -205,6 +233,9 @@ fn the_order_bound_across_calls_changes_no_draft() {
         let mut drafters = [true, false].map(|carry| {
             let mut r = Recall::new(0.13);
             r.carry_top = carry;
+            // The bound may find a lower order with the same token, whose
+            // cell differs: the drafts are the same, the lean may not be.
+            r.leans = false;
             r
         });
         let mut drafted = 0;
@@ -427,4 +458,67 @@ fn a_draft_call_never_waits_for_the_selector_weights() {
         step(&mut r);
     }
     assert_ne!(memory.learned().lock().unwrap().weights, before);
+}
+
+/// The lean against its definition: the odds factor is `exp` of the
+/// residual over the information plus the prior, clamped, and applying it
+/// is a shift of the logit.
+#[test]
+fn a_lean_is_a_shrunk_logit_shift() {
+    let logit = |p: f64| (p / (1.0 - p)).ln();
+    let sigmoid = |z: f64| 1.0 / (1.0 + (-z).exp());
+    // (probability the cells gave, accepted), per verification.
+    let cases: &[&[(f64, bool)]] = &[
+        &[],
+        &[(0.5, true)],
+        &[(0.5, false)],
+        &[(0.9, true); 40],
+        &[(0.9, false); 40],
+        &[(0.2, true), (0.7, false), (0.95, true), (0.4, true)],
+        &[(0.0, false), (1.0, true), (1.5, true), (-0.5, false)],
+    ];
+    for &case in cases {
+        let mut lean = Lean::default();
+        let (mut residual, mut information) = (0.0, 0.0);
+        for &(p, accepted) in case {
+            lean.record(p, accepted);
+            let p = p.clamp(0.0, 1.0);
+            residual += if accepted { 1.0 } else { 0.0 } - p;
+            information += p * (1.0 - p);
+        }
+        let shift = (residual / (information + 2.0)).clamp(-3.0, 3.0);
+        let odds = lean.odds();
+        assert!((odds.ln() - shift).abs() < 1e-12, "{case:?}: {odds}");
+        for p in [0.01, 0.2, 0.5, 0.8, 0.99] {
+            let leaned = Lean::apply(p, odds);
+            assert!(
+                (leaned - sigmoid(logit(p) + shift)).abs() < 1e-12,
+                "{case:?} at {p}"
+            );
+        }
+        for p in [0.0, 1.0] {
+            assert_eq!(Lean::apply(p, odds), p, "{case:?} at {p}");
+        }
+    }
+    // Accepted beyond the cells' word leans up, rejected down, to the clamp.
+    let lean_of = |accepted: bool, n: usize| {
+        let mut lean = Lean::default();
+        (0..n).for_each(|_| lean.record(0.9, accepted));
+        lean.odds()
+    };
+    assert!(lean_of(true, 10) > 1.0 && lean_of(true, 40) > lean_of(true, 10));
+    assert!(lean_of(false, 1) < 1.0 && lean_of(false, 40) == (-3.0f64).exp());
+}
+
+/// A new session starts with no lean: what one conversation's outcomes
+/// taught does not carry into the next.
+#[test]
+fn a_new_session_starts_without_a_lean() {
+    let mut r = Recall::new(0.2);
+    let _ = rounds_rejected(&mut r, 30);
+    assert!(r.lean.odds() < 1.0);
+    // A prompt that keeps nothing of the history: a new session.
+    let other: Vec<Token> = (100..400).collect();
+    r.begin(&other);
+    assert_eq!(r.lean.odds(), 1.0);
 }
