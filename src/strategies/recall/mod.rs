@@ -145,10 +145,10 @@ impl RecallMemory {
 /// online from the engine's verifications (longest order, vote share,
 /// agreement with the copy pointer), its odds leaned by how the session's
 /// own verifications departed from the table's word (so that code edits and
-/// chat on one engine each draft as they would alone); the draft stops
+/// chat on one engine draft nearly as each would alone); the draft stops
 /// where the running product of these probabilities falls below the
-/// threshold. A low threshold
-/// drafts long and aggressively, a high one short and safe. The weights and
+/// threshold. A low threshold drafts long and aggressively, a high one
+/// short and safe. The weights and
 /// the calibration are engine-wide too: a new drafter starts from what all
 /// earlier ones learned.
 ///
