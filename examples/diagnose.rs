@@ -19,7 +19,8 @@
 //! session's earlier requests, the rest of their prompts, or other
 //! sessions; and by how many tokens before that copy match the tokens before
 //! the current position (0: not even the last token, so no context points
-//! to it).
+//! to it); and by the most such tokens any occurrence has that copies more
+//! than was accepted (0: no context of any length leads to a longer copy).
 
 mod common;
 
@@ -138,6 +139,35 @@ impl Seen {
         best
     }
 
+    /// The most tokens before any occurrence that copies more than
+    /// `accepted` tokens of `truth` (among the occurrences `bound` tries)
+    /// that equal the last ones of `context`: 0 when no such copy is
+    /// preceded even by the last token.
+    fn best_context(&self, truth: &[Token], accepted: usize, context: &[Token]) -> usize {
+        let Some(key) = truth.get(..4) else {
+            return 0;
+        };
+        let key = [key[0], key[1], key[2], key[3]];
+        let Some(starts) = self.at.get(&key) else {
+            return 0;
+        };
+        starts
+            .iter()
+            .rev()
+            .take(200)
+            .filter(|&&p| {
+                let n = truth
+                    .iter()
+                    .zip(&self.tokens[p..])
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                n > accepted
+            })
+            .map(|&p| self.context_match(p, context))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many tokens before position `p` equal the last ones of
     /// `context` (at most 64).
     fn context_match(&self, p: usize, context: &[Token]) -> usize {
@@ -157,20 +187,30 @@ impl Seen {
 struct Losses {
     by_source: BTreeMap<(String, Source), (usize, usize)>,
     by_context: BTreeMap<(String, usize), (usize, usize)>,
+    by_best_context: BTreeMap<(String, usize), (usize, usize)>,
+}
+
+/// The [`CONTEXT_BUCKETS`] bucket of `context` matching tokens.
+fn context_bucket(context: usize) -> usize {
+    CONTEXT_BUCKETS
+        .iter()
+        .rposition(|&(from, _)| context >= from)
+        .unwrap_or(0)
 }
 
 impl Losses {
-    fn add(&mut self, class: &str, source: Source, context: usize, lost: usize) {
-        let bucket = CONTEXT_BUCKETS
-            .iter()
-            .rposition(|&(from, _)| context >= from)
-            .unwrap_or(0);
+    /// One step's `lost` tokens; `context` is the newest longest copy's
+    /// context match, `best` the most any longer copy has.
+    fn add(&mut self, class: &str, source: Source, (context, best): (usize, usize), lost: usize) {
         for e in [
             self.by_source
                 .entry((class.to_string(), source))
                 .or_default(),
             self.by_context
-                .entry((class.to_string(), bucket))
+                .entry((class.to_string(), context_bucket(context)))
+                .or_default(),
+            self.by_best_context
+                .entry((class.to_string(), context_bucket(best)))
                 .or_default(),
         ] {
             e.0 += 1;
@@ -198,6 +238,22 @@ impl Losses {
             "class", "matching tokens", "steps", "lost"
         )?;
         for ((class, bucket), (n, lost)) in &self.by_context {
+            writeln!(
+                out,
+                "  {class:<16} {:<22} {n:>7} {lost:>9}",
+                CONTEXT_BUCKETS[*bucket].1
+            )?;
+        }
+        writeln!(
+            out,
+            "by the most context tokens any copy longer than the accepted part has:"
+        )?;
+        writeln!(
+            out,
+            "  {:<16} {:<22} {:>7} {:>9}",
+            "class", "matching tokens", "steps", "lost"
+        )?;
+        for ((class, bucket), (n, lost)) in &self.by_best_context {
             writeln!(
                 out,
                 "  {class:<16} {:<22} {n:>7} {lost:>9}",
@@ -309,7 +365,8 @@ fn diagnose(
                         copy.part
                     };
                     let context = seen.context_match(at, &seen.tokens);
-                    losses.add(&class, source, context, bound - accepted);
+                    let best = seen.best_context(truth, accepted, &seen.tokens);
+                    losses.add(&class, source, (context, best), bound - accepted);
                 }
                 class
             } else {
