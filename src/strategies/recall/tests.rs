@@ -522,3 +522,71 @@ fn a_new_session_starts_without_a_lean() {
     r.begin(&other);
     assert_eq!(r.lean.odds(), 1.0);
 }
+
+/// (forward passes, drafted tokens, accepted tokens) of one request under
+/// greedy verification.
+fn greedy_request(r: &mut Recall, prompt: &[Token], output: &[Token]) -> (usize, usize, usize) {
+    let mut history = prompt.to_vec();
+    r.begin(&history);
+    let (mut i, mut passes, mut drafted, mut accepted) = (0, 0, 0, 0);
+    while i < output.len() {
+        let last = output[i];
+        let d = draft(r, &history, last, 16);
+        let n = d
+            .iter()
+            .zip(&output[i + 1..])
+            .take_while(|(a, b)| a == b)
+            .count();
+        if n > 0 {
+            r.accept(n);
+        }
+        history.push(last);
+        history.extend_from_slice(&d[..n]);
+        (drafted, accepted) = (drafted + d.len(), accepted + n);
+        i += n + 1;
+        passes += 1;
+    }
+    r.end_request();
+    (passes, drafted, accepted)
+}
+
+/// The purpose of the lean: on a memory whose cells were trained by other
+/// traffic, a session more predictable than that drafts longer than the
+/// cells alone let it (fewer forward passes), and a less predictable one
+/// shorter (fewer wasted tokens).
+#[test]
+fn a_session_leans_away_from_what_other_traffic_taught_the_cells() {
+    // A session of text from a book of `phrases` phrases, after six sessions
+    // from books of `other` phrases, with its lean or with it held at 0.
+    let session = |phrases: usize, other: usize, leans: bool| {
+        let memory = Arc::new(RecallMemory::new(1 << 24));
+        let mut before = Recall::with_memory(0.13, Arc::clone(&memory), 1 << 22, false);
+        for s in 0..6 {
+            let text = phrase_text(100 + s, other, 3000);
+            greedy_request(&mut before, &text[..1000], &text[1000..]);
+        }
+        let mut r = Recall::with_memory(0.13, memory, 1 << 22, false);
+        r.leans = leans;
+        let text = phrase_text(1, phrases, 4000);
+        let figures = greedy_request(&mut r, &text[..1000], &text[1000..]);
+        (figures, r.lean.odds())
+    };
+    let acceptance =
+        |(_, drafted, accepted): (usize, usize, usize)| accepted as f64 / drafted as f64;
+    // More predictable than the traffic before it.
+    let (with, odds) = session(6, 400, true);
+    let (without, _) = session(6, 400, false);
+    assert!(odds > 1.0, "leans up: {odds}");
+    assert!(
+        with.0 < without.0,
+        "passes: {with:?} with the lean, {without:?} without"
+    );
+    // Less predictable.
+    let (with, odds) = session(400, 6, true);
+    let (without, _) = session(400, 6, false);
+    assert!(odds < 1.0, "leans down: {odds}");
+    assert!(
+        acceptance(with) > acceptance(without) && with.1 < without.1,
+        "drafted and accepted: {with:?} with the lean, {without:?} without"
+    );
+}
