@@ -433,15 +433,7 @@ fn a_draft_call_never_waits_for_the_selector_weights() {
     r.begin(&text[..100]);
     let mut at = 100;
     let mut step = |r: &mut Recall| {
-        let d = draft(r, &text[..at], text[at], 16);
-        let n = d
-            .iter()
-            .zip(&text[at + 1..])
-            .take_while(|(a, b)| a == b)
-            .count();
-        if n > 0 {
-            r.accept(n);
-        }
+        let (_, n) = greedy_step(r, &text[..at], text[at], &text[at + 1..]);
         at += 1 + n;
     };
     let before = memory.learned().lock().unwrap().weights;
@@ -523,6 +515,17 @@ fn a_new_session_starts_without_a_lean() {
     assert_eq!(r.lean.odds(), 1.0);
 }
 
+/// One draft call verified greedily against `truth` (the tokens after
+/// `last`), its accepted prefix reported: (drafted, accepted).
+fn greedy_step(r: &mut Recall, history: &[Token], last: Token, truth: &[Token]) -> (usize, usize) {
+    let d = draft(r, history, last, 16);
+    let n = d.iter().zip(truth).take_while(|(a, b)| a == b).count();
+    if n > 0 {
+        r.accept(n);
+    }
+    (d.len(), n)
+}
+
 /// (forward passes, drafted tokens, accepted tokens) of one request under
 /// greedy verification.
 fn greedy_request(r: &mut Recall, prompt: &[Token], output: &[Token]) -> (usize, usize, usize) {
@@ -531,18 +534,10 @@ fn greedy_request(r: &mut Recall, prompt: &[Token], output: &[Token]) -> (usize,
     let (mut i, mut passes, mut drafted, mut accepted) = (0, 0, 0, 0);
     while i < output.len() {
         let last = output[i];
-        let d = draft(r, &history, last, 16);
-        let n = d
-            .iter()
-            .zip(&output[i + 1..])
-            .take_while(|(a, b)| a == b)
-            .count();
-        if n > 0 {
-            r.accept(n);
-        }
+        let (d, n) = greedy_step(r, &history, last, &output[i + 1..]);
         history.push(last);
-        history.extend_from_slice(&d[..n]);
-        (drafted, accepted) = (drafted + d.len(), accepted + n);
+        history.extend_from_slice(&output[i + 1..i + 1 + n]);
+        (drafted, accepted) = (drafted + d, accepted + n);
         i += n + 1;
         passes += 1;
     }
