@@ -1,0 +1,66 @@
+//! A progress line on stderr for runs that take minutes.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// How often a progress line is written when stderr is not a terminal (a
+/// log file gets one line per interval, not one per turn).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Reports each finished turn on stderr: in place on a terminal, at most one
+/// line every ten seconds otherwise (and always the last turn).
+#[derive(Debug)]
+pub struct Progress {
+    total: usize,
+    done: usize,
+    started: Instant,
+    last: Option<Instant>,
+    terminal: bool,
+}
+
+impl Progress {
+    /// A progress report over `total` turns.
+    #[must_use]
+    pub fn new(total: usize) -> Progress {
+        Progress {
+            total,
+            done: 0,
+            started: Instant::now(),
+            last: None,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// One turn finished: its kind, conversation id, tokens and both modes'
+    /// tokens per second.
+    pub fn turn(&mut self, kind: &str, id: &str, generated: usize, plain_tps: f64, spec_tps: f64) {
+        self.done += 1;
+        let now = Instant::now();
+        let due =
+            self.last.is_none_or(|t| now.duration_since(t) >= LOG_EVERY) || self.done == self.total;
+        if !self.terminal && !due {
+            return;
+        }
+        self.last = Some(now);
+        let line = format!(
+            "[turn {}/{} {:.0} s] {kind} {id}: {generated} tokens, plain {plain_tps:.1} tok/s, spec {spec_tps:.1} tok/s",
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64()
+        );
+        let mut err = std::io::stderr().lock();
+        // A progress line that cannot be written is not worth failing a run for.
+        let _ = if self.terminal {
+            write!(err, "\r\x1b[2K{line}")
+        } else {
+            writeln!(err, "{line}")
+        };
+    }
+
+    /// Ends the line on a terminal.
+    pub fn finish(&mut self) {
+        if self.terminal && self.done > 0 {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
