@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use selfspec::replay::{replay, replay_engine, Engine, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{
     verify, Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy,
     Token,
 };
+use selfspec_eval::{replay, replay_engine, Engine, Session};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
 struct Rng(u64);
@@ -406,7 +406,7 @@ fn bench_begin(c: &mut Criterion) {
 }
 
 fn load(text: &str) -> Vec<Session> {
-    selfspec::replay::parse_workload("sample", text).unwrap()
+    selfspec_eval::parse_workload("sample", text).unwrap()
 }
 
 fn bench_replay(c: &mut Criterion) {
@@ -618,7 +618,7 @@ fn bench_recall_prompt(c: &mut Criterion) {
 /// output tokens) with a fresh drafter per request, against one thread
 /// replaying all of it: the same work (the same instructions within 0.1%,
 /// callgrind), so the time ratio is the speed-up.
-/// The two are timed apart; `examples/scaling` pairs them round by round,
+/// The two are timed apart; the `scaling` tool pairs them round by round,
 /// which holds up better on a noisy machine.
 fn bench_shared_memory(c: &mut Criterion) {
     let sessions = load(include_str!("../examples/data/sample-chat.jsonl"));

@@ -90,8 +90,10 @@
 //! # Features
 //!
 //! - `serde`: `Serialize` / `Deserialize` for configurations and statistics.
-//! - `replay`: the evaluation harness (`selfspec::replay`: the workload
-//!   format and the replay protocol); engines do not need it.
+//!
+//! The evaluation harness (the workload format, the replay protocol and the
+//! tools that print tau per strategy) is the repository's `selfspec-eval`
+//! package, not part of this crate.
 
 #![forbid(unsafe_code)]
 
@@ -100,8 +102,6 @@ mod drafter;
 mod error;
 mod index;
 mod limits;
-#[cfg(feature = "replay")]
-pub mod replay;
 mod shared;
 mod speculative;
 mod stats;

@@ -185,25 +185,6 @@ fn reset_stats_clears_the_misuse_count() {
     assert_eq!(spec.misuse_count(), 0);
 }
 
-/// The replay protocol keeps the contract (no report over the samples).
-#[cfg(feature = "serde")]
-#[test]
-fn replay_keeps_the_contract() {
-    for (name, text) in [
-        ("chat", include_str!("../examples/data/sample-chat.jsonl")),
-        (
-            "code-edit",
-            include_str!("../examples/data/sample-code-edit.jsonl"),
-        ),
-    ] {
-        let sessions = selfspec::replay::parse_workload(name, text).unwrap();
-        let mut spec = Speculative::new(&Config::llama_cpp_chain()).unwrap();
-        let report = selfspec::replay::replay(&mut spec, &sessions);
-        assert!(report.accepted > 0, "{name}");
-        assert_eq!(spec.misuse_count(), 0, "{name}");
-    }
-}
-
 #[test]
 fn an_empty_prompt_is_checked_like_any_other() {
     let config = Config::new([Strategy::NgramSimple { n: 1, m: 4 }]);

@@ -2,10 +2,11 @@
 //! form, defaults, errors for unknown keys and a missing chain, and durations
 //! in seconds.
 
+#![cfg(feature = "serde")]
+
 use std::time::Duration;
 
 use selfspec::config::DEFAULT_POOL_SIZE;
-use selfspec::replay::ReplayReport;
 use selfspec::strategies::DEFAULT_THRESHOLD_PERMILLE as RECALL_DEFAULT_PERMILLE;
 use selfspec::{Config, DrafterStats, Strategy};
 
@@ -220,13 +221,6 @@ fn durations_are_seconds() {
     assert_eq!(v["t_accept"], serde_json::json!(0.0));
     let back: DrafterStats = serde_json::from_value(v).unwrap();
     assert_eq!(back, stats);
-    let report = ReplayReport {
-        draft_time: Duration::from_millis(1500),
-        ..ReplayReport::default()
-    };
-    let v = serde_json::to_value(&report).unwrap();
-    assert_eq!(v["draft_time"], serde_json::json!(1.5));
-    assert_eq!(serde_json::from_value::<ReplayReport>(v).unwrap(), report);
     let mut bad = serde_json::to_value(&stats).unwrap();
     bad["t_draft"] = serde_json::json!(-1.0);
     let err = serde_json::from_value::<DrafterStats>(bad)

@@ -278,28 +278,6 @@ fn every_ngram_mod_of_a_chain_shares_one_pool() {
         .is_none());
 }
 
-#[test]
-fn replay_reports_only_its_own_counts() {
-    use selfspec::replay::{replay, Request, Session};
-    let text: Vec<Token> = (0..400).map(|i| i * 7 % 50).collect();
-    let sessions = [Session::new(
-        "s",
-        "synthetic",
-        vec![Request::new(text[..200].to_vec(), text[200..].to_vec())],
-    )];
-    let mut spec = Speculative::new(&Config::default()).unwrap();
-    let first = replay(&mut spec, &sessions);
-    let second = replay(&mut spec, &sessions);
-    let total = &spec.stats()[0];
-    assert_eq!(
-        first.stats[0].calls_draft + second.stats[0].calls_draft,
-        total.calls_draft
-    );
-    assert_eq!(second.stats[0].calls_begin, 1);
-    assert_eq!(second.stats[0].acc_tokens, second.accepted);
-    assert_eq!(second.stats[0].gen_tokens, second.drafted);
-}
-
 /// `accept(n)` with `n` above the draft's length is counted as the draft's
 /// length and reported once per sequence.
 #[test]

@@ -433,7 +433,7 @@ impl Speculative {
     /// publishes every 16 tokens, so that is usually the request's last few
     /// tokens; a long prompt's indexing waits for the request's end, so a
     /// request with a 16k-token prompt holds the lock for a few
-    /// milliseconds. Measured with `examples/engine_loop` on sample-agent
+    /// milliseconds. Measured with the `engine_loop` tool on sample-agent
     /// (prompts up to 16k tokens), one worker: median 0.5 µs, longest 3.3 ms
     /// over 216 requests; on sample-code-edit: median 45 µs, longest 0.4 ms.
     /// Drafting threads never wait for it (they read without locks); other

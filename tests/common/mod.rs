@@ -3,17 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-#[cfg(feature = "replay")]
-use selfspec::replay::Session;
-#[cfg(feature = "replay")]
-use selfspec::{DraftLimits, Drafter};
 use selfspec::{Speculative, Strategy, Token};
-
-/// The sessions of a workload file (JSON Lines, one session per line).
-#[cfg(feature = "replay")]
-pub fn load_workload(path: impl AsRef<Path>) -> Vec<Session> {
-    selfspec::replay::read_workload(path).unwrap_or_else(|e| panic!("{e}"))
-}
 
 pub fn manifest_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -78,34 +68,6 @@ impl Rng {
         out.truncate(len);
         out
     }
-}
-
-/// Drives one drafter through `sessions` (begin, then steps on the output).
-#[cfg(feature = "replay")]
-pub fn drive(d: &mut dyn Drafter, sessions: &[Session]) -> usize {
-    let mut max_history = 0;
-    let mut draft = Vec::new();
-    for r in sessions.iter().flat_map(|s| &s.requests) {
-        let mut history = r.prompt.clone();
-        d.begin(&history);
-        let mut i = 0;
-        while i < r.output.len() {
-            draft.clear();
-            d.draft(&history, r.output[i], DraftLimits::default(), &mut draft);
-            let a = draft
-                .iter()
-                .zip(&r.output[i + 1..])
-                .take_while(|(x, y)| x == y)
-                .count();
-            if a > 0 {
-                d.accept(a);
-            }
-            history.extend_from_slice(&r.output[i..i + a + 1]);
-            i += a + 1;
-        }
-        max_history = max_history.max(history.len());
-    }
-    max_history
 }
 
 /// One of every strategy of the crate, with small sizes (the fork and

@@ -1,10 +1,11 @@
 //! A mixed workload's per-kind figures add up to the replay's, in every
 //! engine mode, and match the kinds' sessions.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
-use selfspec::replay::{replay, replay_engine, Engine, Request, Session};
 use selfspec::{Config, Shared, Speculative};
+use selfspec_eval::{replay, replay_engine, Engine, Request, Session};
 
 fn mixed() -> Vec<Session> {
     let mut rng = common::Rng(41);
@@ -37,7 +38,7 @@ fn kinds_add_up_to_the_whole() {
     for r in &reports {
         let kinds: Vec<&str> = r.kinds.iter().map(|k| k.kind.as_str()).collect();
         assert_eq!(kinds, ["chat", "code", "edit"]);
-        let sum = |f: fn(&selfspec::replay::KindFigures) -> u64| r.kinds.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&selfspec_eval::KindFigures) -> u64| r.kinds.iter().map(f).sum::<u64>();
         assert_eq!(sum(|k| k.tokens), r.tokens);
         assert_eq!(sum(|k| k.steps), r.steps);
         assert_eq!(sum(|k| k.drafted), r.drafted);

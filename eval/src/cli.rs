@@ -1,5 +1,5 @@
-//! Shared by the example tools: the embedded samples, workload loading,
-//! output and exit codes, so that all of them behave the same.
+//! Shared by the tools: the embedded samples, workload loading, output and
+//! exit codes, so that all of them behave the same.
 //!
 //! - Output goes through [`Out`] (a buffered, locked stdout) with `writeln!`;
 //!   every write returns an `io::Result`.
@@ -8,23 +8,31 @@
 //! - Errors (bad options, unreadable or empty workloads, invalid
 //!   configurations) are one line on stderr, exit 2, before any output
 //!   where they can be found up front.
-#![allow(dead_code)]
 
 use std::fmt;
 use std::io::{self, BufWriter, StdoutLock, Write};
 use std::process::ExitCode;
 
-use selfspec::replay::Session;
+use crate::Session;
 
 /// The embedded samples (real public data, Qwen3 tokenizer; see `examples/data/`).
 pub const SAMPLES: [(&str, &str); 4] = [
-    ("sample-chat", include_str!("../data/sample-chat.jsonl")),
+    (
+        "sample-chat",
+        include_str!("../../examples/data/sample-chat.jsonl"),
+    ),
     (
         "sample-code-edit",
-        include_str!("../data/sample-code-edit.jsonl"),
+        include_str!("../../examples/data/sample-code-edit.jsonl"),
     ),
-    ("sample-code", include_str!("../data/sample-code.jsonl")),
-    ("sample-agent", include_str!("../data/sample-agent.jsonl")),
+    (
+        "sample-code",
+        include_str!("../../examples/data/sample-code.jsonl"),
+    ),
+    (
+        "sample-agent",
+        include_str!("../../examples/data/sample-agent.jsonl"),
+    ),
 ];
 
 /// The tools' standard output.
@@ -54,8 +62,8 @@ impl From<io::Error> for Failure {
     }
 }
 
-impl From<selfspec::replay::WorkloadError> for Failure {
-    fn from(e: selfspec::replay::WorkloadError) -> Failure {
+impl From<crate::WorkloadError> for Failure {
+    fn from(e: crate::WorkloadError) -> Failure {
         Failure::Message(e.to_string())
     }
 }
@@ -130,22 +138,34 @@ fn non_empty(name: &str, sessions: Vec<Session>) -> Result<Vec<Session>> {
 }
 
 /// Reads the workload file `path` (JSON Lines); errors name the file.
+///
+/// # Errors
+///
+/// An unreadable, malformed or empty workload.
 pub fn read(path: &str) -> Result<Vec<Session>> {
-    non_empty(path, selfspec::replay::read_workload(path)?)
+    non_empty(path, crate::read_workload(path)?)
 }
 
 /// The embedded samples, parsed.
+///
+/// # Errors
+///
+/// A sample that does not parse (a build with damaged data).
 pub fn samples() -> Result<Vec<(String, Vec<Session>)>> {
     SAMPLES
         .iter()
         .map(|(name, text)| {
-            let sessions = selfspec::replay::parse_workload(name, text)?;
+            let sessions = crate::parse_workload(name, text)?;
             Ok((name.to_string(), non_empty(name, sessions)?))
         })
         .collect()
 }
 
 /// The workloads named by `files`, or the embedded samples when there are none.
+///
+/// # Errors
+///
+/// As [`read`], for the first file that fails.
 pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
     if files.is_empty() {
         return samples();
@@ -159,6 +179,11 @@ pub const MAX_THREADS: usize = 1024;
 /// The arguments of a tool that takes positional ones only, at most `max`:
 /// an option (`-x`) or one argument too many is an error that shows `usage`;
 /// `--help` or `-h` shows `help`.
+///
+/// # Errors
+///
+/// [`Failure::Help`] for `--help`; a message for an option or too many
+/// arguments.
 pub fn positional(usage: &str, help: &'static str, max: usize) -> Result<Vec<String>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -175,6 +200,10 @@ pub fn positional(usage: &str, help: &'static str, max: usize) -> Result<Vec<Str
 
 /// A count argument named `name`: `default` when absent, else an integer in
 /// `1..=max`.
+///
+/// # Errors
+///
+/// A message naming `name` when `arg` is not an integer in `1..=max`.
 pub fn count(arg: Option<&String>, name: &str, default: usize, max: usize) -> Result<usize> {
     let Some(arg) = arg else {
         return Ok(default);

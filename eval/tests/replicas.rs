@@ -1,10 +1,12 @@
 //! Two replicas that split a workload's sessions and exchange deltas learn
 //! together: they reach the tau of one engine that served everything.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod workload;
 
-use selfspec::replay::Session;
 use selfspec::{Config, Cursor, Shared, Speculative, Token};
+use selfspec_eval::Session;
 
 /// (tokens, forward passes) of one request under greedy verification.
 fn serve(config: &Config, shared: &Shared, prompt: &[Token], output: &[Token]) -> (u64, u64) {
@@ -45,9 +47,7 @@ fn taus(sessions: &[Session], every: Option<usize>) -> (f64, f64) {
 #[test]
 fn replicas_exchanging_deltas_draft_as_one_engine() {
     for name in ["sample-chat", "sample-code-edit", "sample-code"] {
-        let sessions = common::load_workload(common::manifest_path(&format!(
-            "examples/data/{name}.jsonl"
-        )));
+        let sessions = workload::load(workload::repo_path(&format!("examples/data/{name}.jsonl")));
         let (one, together) = taus(&sessions, Some(8));
         let (_, apart) = taus(&sessions, None);
         println!(

@@ -2,8 +2,8 @@
 //! outputs of a workload file, and shows what it is worth as a static cache.
 //!
 //! ```text
-//! cargo run --release --example lookup_create                  # the embedded samples
-//! cargo run --release --example lookup_create -- WORKLOAD.jsonl OUT.bin [--dynamic]
+//! cargo run --release --bin lookup_create                  # the embedded samples
+//! cargo run --release --bin lookup_create -- WORKLOAD.jsonl OUT.bin [--dynamic]
 //! ```
 //!
 //! `--dynamic` writes 1..4-gram counts (a dynamic cache) instead of 2-grams.
@@ -11,17 +11,15 @@
 //! code-edit samples and replays the *other* one with ngram-cache, with and
 //! without it.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use common::{Out, Result};
-use selfspec::replay::{replay, Session};
 use selfspec::strategies::ngram_cache::NGRAM_STATIC;
 use selfspec::strategies::LookupCache;
 use selfspec::{Config, Speculative, Strategy, Token};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::{replay, Session};
 
 /// Every request's output, one after another (the corpus of recorded generations).
 fn corpus(sessions: &[Session]) -> Vec<Token> {
@@ -65,7 +63,7 @@ fn tau(sessions: &[Session], strategy: Strategy) -> Result<(f64, f64)> {
 
 /// The chat and code-edit samples, each with a static cache built from the other.
 fn demo(out: &mut Out) -> Result {
-    let samples: Vec<(String, Vec<Session>)> = common::samples()?.into_iter().take(2).collect();
+    let samples: Vec<(String, Vec<Session>)> = cli::samples()?.into_iter().take(2).collect();
     for (i, (name, sessions)) in samples.iter().enumerate() {
         let (other, other_sessions) = &samples[1 - i];
         let path: PathBuf = std::env::temp_dir().join(format!("selfspec-{other}.bin"));
@@ -123,7 +121,7 @@ fn run(out: &mut Out) -> Result {
         return demo(out);
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        return Err(common::Failure::Help(HELP));
+        return Err(cli::Failure::Help(HELP));
     }
     let dynamic = args.iter().any(|a| a == "--dynamic");
     let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
@@ -137,11 +135,11 @@ fn run(out: &mut Out) -> Result {
         return Err(USAGE.into());
     };
     // An unreadable or empty workload fails before any file is written.
-    let sessions = common::read(input)?;
+    let sessions = cli::read(input)?;
     build(out, &sessions, Path::new(output), dynamic)?;
     Ok(())
 }
 
 fn main() -> ExitCode {
-    common::main("lookup_create", run)
+    cli::main("lookup_create", run)
 }

@@ -2,12 +2,14 @@
 //! across sequences and requests, budgets and forgetting, persistence, and
 //! many threads on one `Shared`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod workload;
 
 use std::sync::Arc;
 
-use selfspec::replay::{replay_engine, Engine, Request, Session};
 use selfspec::{Budget, Config, Error, MemoryFileProblem, Shared, Speculative, Strategy, Token};
+use selfspec_eval::{replay_engine, Engine, Request, Session};
 
 use common::Rng;
 
@@ -260,9 +262,7 @@ fn appends_of_a_few_tokens_at_a_time_stay_within_the_budget() {
 }
 
 fn workload(name: &str) -> Vec<Session> {
-    common::load_workload(common::manifest_path(&format!(
-        "examples/data/{name}.jsonl"
-    )))
+    workload::load(workload::repo_path(&format!("examples/data/{name}.jsonl")))
 }
 
 #[test]
@@ -293,7 +293,7 @@ fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
     let mut alone = 0.0;
     for s in &sessions {
         let mut spec = Speculative::new(&config)?;
-        alone += selfspec::replay::replay(&mut spec, std::slice::from_ref(s)).steps as f64;
+        alone += selfspec_eval::replay(&mut spec, std::slice::from_ref(s)).steps as f64;
     }
     let alone = full.tokens as f64 / alone;
     println!(

@@ -1,18 +1,21 @@
 //! Bounded memory under long engine lives, 1M-token histories, and the type
 //! guarantees an engine relies on.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod workload;
 
 use std::sync::Arc;
 
-use common::{drive, Rng};
+use common::Rng;
+use workload::drive;
 
-use selfspec::replay::{replay, ReplayReport, Request, Session, Step};
 use selfspec::strategies::ngram_map::KEY_MAP_SIZE;
 use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
 use selfspec::{
     Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy,
 };
+use selfspec_eval::{replay, ReplayReport, Request, Session, Step};
 
 fn all_four() -> Config {
     Config::new([

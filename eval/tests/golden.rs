@@ -1,13 +1,13 @@
 //! Replays every golden trace of llama.cpp's own code and compares drafts,
 //! accepted counts, steps, counters and ngram-mod's pool figures exactly.
 
-mod common;
+mod workload;
 
 use std::path::Path;
 
-use selfspec::replay::{replay_observed, Session};
 use selfspec::strategies::NgramCache;
 use selfspec::{Config, Speculative, Strategy};
+use selfspec_eval::{replay_observed, Session};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -269,7 +269,7 @@ fn check_line(line: Line, dir: &Path) -> Result<(), String> {
 }
 
 fn check_file(name: &str) -> usize {
-    let path = common::manifest_path(&format!("tests/golden/{name}"));
+    let path = workload::repo_path(&format!("tests/golden/{name}"));
     let dir = path.parent().expect("a folder").to_path_buf();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut failures = Vec::new();

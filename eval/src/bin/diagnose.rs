@@ -3,8 +3,8 @@
 //! continuation found anywhere in what the engine has seen).
 //!
 //! ```text
-//! cargo run --release --example diagnose                       # recommended config, embedded samples
-//! cargo run --release --example diagnose -- FILE.jsonl [--strategy S]... [--draft-max N] [--sources]
+//! cargo run --release --bin diagnose                       # recommended config, embedded samples
+//! cargo run --release --bin diagnose -- FILE.jsonl [--strategy S]... [--draft-max N] [--sources]
 //! ```
 //!
 //! Classes: `full` (every drafted token accepted, draft_max reached),
@@ -22,15 +22,13 @@
 //! to it); and by the most such tokens any occurrence has that copies more
 //! than was accepted (0: no context of any length leads to a longer copy).
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::process::ExitCode;
 
-use common::{Out, Result};
-use selfspec::replay::Session;
 use selfspec::{Config, Speculative, Strategy, Token};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::Session;
 
 /// Where a seen token came from, relative to the request being replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -439,7 +437,7 @@ fn run(out: &mut Out) -> Result {
                     .map_err(|_| format!("--draft-max `{v}` is not a number"))?;
             }
             "--sources" => sources = true,
-            "--help" | "-h" => return Err(common::Failure::Help(HELP)),
+            "--help" | "-h" => return Err(cli::Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }
@@ -455,12 +453,12 @@ fn run(out: &mut Out) -> Result {
     config.validate()?;
     // Builds (cache files exist...) and reads every workload before any output.
     Speculative::new(&config)?;
-    for (name, sessions) in common::workloads(&files)? {
+    for (name, sessions) in cli::workloads(&files)? {
         diagnose(out, &name, &sessions, &config, sources)?;
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    common::main("diagnose", run)
+    cli::main("diagnose", run)
 }

@@ -4,7 +4,7 @@
 
 #![allow(unsafe_code)] // a counting global allocator
 
-mod common;
+mod workload;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -41,7 +41,7 @@ fn allocations() -> u64 {
 /// Replays `sessions` and returns the allocations made inside the crate's calls.
 fn replay_counting(
     spec: &mut Speculative,
-    sessions: &[selfspec::replay::Session],
+    sessions: &[selfspec_eval::Session],
     history: &mut Vec<u32>,
 ) -> (u64, u64) {
     let (mut inside, mut calls) = (0, 0);
@@ -82,7 +82,7 @@ const FILES: [&str; 2] = [
 /// sizes the buffers, which shows the counter works); `between` runs after
 /// the first pass.
 fn assert_third_pass_does_not_allocate(spec: &mut Speculative, file: &str, between: impl FnOnce()) {
-    let sessions = common::load_workload(common::manifest_path(file));
+    let sessions = workload::load(workload::repo_path(file));
     let mut history = Vec::with_capacity(1 << 16);
     let (first, _) = replay_counting(spec, &sessions, &mut history);
     assert!(

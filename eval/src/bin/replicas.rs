@@ -6,19 +6,17 @@
 //! session, and against replicas that never exchange.
 //!
 //! ```text
-//! cargo run --release --example replicas                 # sample-code
-//! cargo run --release --example replicas -- FILE.jsonl [EVERY]
+//! cargo run --release --bin replicas                 # sample-code
+//! cargo run --release --bin replicas -- FILE.jsonl [EVERY]
 //! ```
-
-mod common;
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use common::{Out, Result};
-use selfspec::replay::Session;
 use selfspec::{verify, Config, Cursor, Shared, Speculative, Token};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::Session;
 
 const USAGE: &str = "usage: replicas [FILE.jsonl [EVERY]]";
 const HELP: &str =
@@ -121,13 +119,13 @@ fn replicas(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, HELP, 2)?;
-    let every = common::count(args.get(1), "EVERY", 8, 10_000)?;
+    let args = cli::positional(USAGE, HELP, 2)?;
+    let every = cli::count(args.get(1), "EVERY", 8, 10_000)?;
     let (name, sessions) = match args.first() {
-        Some(file) => (file.clone(), common::read(file)?),
+        Some(file) => (file.clone(), cli::read(file)?),
         None => (
             "sample-code".to_string(),
-            common::samples()?
+            cli::samples()?
                 .into_iter()
                 .find(|(n, _)| n == "sample-code")
                 .map(|(_, s)| s)
@@ -165,5 +163,5 @@ fn run(out: &mut Out) -> Result {
 }
 
 fn main() -> ExitCode {
-    common::main("replicas", run)
+    cli::main("replicas", run)
 }

@@ -1,15 +1,15 @@
 //! Replays recorded generations through selfspec's drafters and prints tau,
-//! acceptance and cost per strategy (the protocol of `REPLAY.md`).
+//! acceptance and cost per strategy (the protocol of `docs/replay.md`).
 //!
 //! ```text
-//! cargo run --release --example replay                      # embedded samples, every strategy
-//! cargo run --release --example replay -- FILE.jsonl ... \
+//! cargo run --release --bin replay                      # embedded samples, every strategy
+//! cargo run --release --bin replay -- FILE.jsonl ... \
 //!     [--strategy NAME[:k=v,...]]... [--draft-max N] [--draft-min N] [--pool-size N] \
 //!     [--per-kind] [--json] [--verbose] [--slots N] [--fresh] [--memory FILE] [--repeat N]
 //! ```
 //!
 //! `--slots N` replays on an engine of N slots sharing one `Shared` (the
-//! "Concurrent engine" protocol of `REPLAY.md`), `--fresh` with a new drafter
+//! "Concurrent engine" protocol of `docs/replay.md`), `--fresh` with a new drafter
 //! per request; `--memory FILE` loads the engine-wide memory from FILE if it
 //! exists and saves it there at the end (a restarted server starts warm).
 //! `--repeat N` replays each cell N times from a new state and reports the
@@ -25,14 +25,12 @@
 //! Several `--strategy` options form one chain, in the order given. Without
 //! `--strategy`, each strategy is replayed alone and then llama.cpp's chain.
 
-mod common;
-
 use std::io::Write;
 use std::process::ExitCode;
 
-use common::{Failure, Out, Result};
-use selfspec::replay::{replay, replay_engine, Engine, ReplayReport, Session};
 use selfspec::{Config, DrafterStats, Shared, Speculative, Strategy};
+use selfspec_eval::cli::{self, Failure, Out, Result};
+use selfspec_eval::{replay, replay_engine, Engine, ReplayReport, Session};
 
 const USAGE: &str = "usage: replay [FILE.jsonl ...] [--strategy NAME[:n=..,m=..,min_hits=..]]... \
 [--draft-max N] [--draft-min N] [--pool-size N] [--per-kind] [--json] [--verbose] \
@@ -112,11 +110,11 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
             "--per-kind" => o.per_kind = true,
             "--json" => o.json = true,
             "--verbose" | "-v" => o.verbose = true,
-            "--slots" => o.slots = Some(common::count(Some(&value(&arg)?), &arg, 1, 4096)?),
+            "--slots" => o.slots = Some(cli::count(Some(&value(&arg)?), &arg, 1, 4096)?),
             "--fresh" => o.fresh = true,
             "--scope-per-session" => o.scoped = true,
             "--memory" => o.memory = Some(value(&arg)?),
-            "--repeat" => o.repeat = Some(common::count(Some(&value(&arg)?), &arg, 1, 1000)?),
+            "--repeat" => o.repeat = Some(cli::count(Some(&value(&arg)?), &arg, 1, 1000)?),
             "--help" | "-h" => return Err(Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
@@ -200,7 +198,7 @@ impl Group {
 
 fn groups(o: &Options) -> Result<Vec<Group>> {
     let mut out = Vec::new();
-    for (workload, sessions) in common::workloads(&o.files)? {
+    for (workload, sessions) in cli::workloads(&o.files)? {
         if !o.per_kind {
             out.push(Group {
                 workload,
@@ -460,7 +458,7 @@ fn run(o: Options, out: &mut Out) -> Result {
 }
 
 fn main() -> ExitCode {
-    common::main("replay", |out| {
+    cli::main("replay", |out| {
         let options = parse_args(std::env::args().skip(1))?;
         run(options, out)
     })

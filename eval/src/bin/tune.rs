@@ -3,18 +3,16 @@
 //! `--min-acceptance`).
 //!
 //! ```text
-//! cargo run --release --example tune                        # the embedded samples
-//! cargo run --release --example tune -- FILE.jsonl [--draft-max N] [--min-acceptance F]
+//! cargo run --release --bin tune                        # the embedded samples
+//! cargo run --release --bin tune -- FILE.jsonl [--draft-max N] [--min-acceptance F]
 //! ```
-
-mod common;
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use common::{Out, Result};
-use selfspec::replay::{replay, Session};
 use selfspec::{Config, Speculative, Strategy};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::{replay, Session};
 
 const USAGE: &str = "usage: tune [FILE.jsonl ...] [--draft-max N] [--min-acceptance F]";
 const HELP: &str =
@@ -163,19 +161,19 @@ fn run(out: &mut Out) -> Result {
                     .filter(|a: &f64| (0.0..=1.0).contains(a))
                     .ok_or_else(|| format!("--min-acceptance `{v}`: expected a number in 0..=1"))?;
             }
-            "--help" | "-h" => return Err(common::Failure::Help(HELP)),
+            "--help" | "-h" => return Err(cli::Failure::Help(HELP)),
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}`; {USAGE}").into())
             }
             _ => files.push(arg),
         }
     }
-    for (name, sessions) in common::workloads(&files)? {
+    for (name, sessions) in cli::workloads(&files)? {
         tune(out, &name, &sessions, draft_max, min_acceptance)?;
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    common::main("tune", run)
+    cli::main("tune", run)
 }

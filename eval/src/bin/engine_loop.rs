@@ -7,20 +7,18 @@
 //! (greedy decoding).
 //!
 //! ```text
-//! cargo run --release --example engine_loop            # the embedded samples, 4 workers
-//! cargo run --release --example engine_loop -- FILE.jsonl [WORKERS]
+//! cargo run --release --bin engine_loop            # the embedded samples, 4 workers
+//! cargo run --release --bin engine_loop -- FILE.jsonl [WORKERS]
 //! ```
-
-mod common;
 
 use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use common::{Out, Result};
-use selfspec::replay::Session;
 use selfspec::{Config, Shared, Speculative, Token};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::Session;
 
 /// The target model, mocked: it "generates" a recorded output. One call of
 /// `forward` is one batched forward pass over `last` and the draft.
@@ -126,12 +124,12 @@ usage: engine_loop [FILE.jsonl [WORKERS]]
 ";
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, HELP, 2)?;
-    let sessions: Vec<Session> = common::workloads(&args[..args.len().min(1)])?
+    let args = cli::positional(USAGE, HELP, 2)?;
+    let sessions: Vec<Session> = cli::workloads(&args[..args.len().min(1)])?
         .into_iter()
         .flat_map(|(_, sessions)| sessions)
         .collect();
-    let workers = common::count(args.get(1), "WORKERS", 4, common::MAX_THREADS)?;
+    let workers = cli::count(args.get(1), "WORKERS", 4, cli::MAX_THREADS)?;
 
     // One engine-wide state; one Speculative per request, on any worker.
     let config = Config::recommended();
@@ -204,5 +202,5 @@ fn run(out: &mut Out) -> Result {
 }
 
 fn main() -> ExitCode {
-    common::main("engine_loop", run)
+    cli::main("engine_loop", run)
 }

@@ -15,19 +15,17 @@
 //! drift apart (the `shared-memory` criterion bench times them separately).
 //!
 //! ```text
-//! cargo run --release --example scaling            # sample-chat, 2 threads, 21 rounds
-//! cargo run --release --example scaling -- FILE.jsonl [THREADS [ROUNDS]]
+//! cargo run --release --bin scaling            # sample-chat, 2 threads, 21 rounds
+//! cargo run --release --bin scaling -- FILE.jsonl [THREADS [ROUNDS]]
 //! ```
-
-mod common;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use common::{Out, Result};
-use selfspec::replay::{replay_engine, Engine, ReplayReport, Session};
 use selfspec::{Config, Shared};
+use selfspec_eval::cli::{self, Out, Result};
+use selfspec_eval::{replay_engine, Engine, ReplayReport, Session};
 
 const USAGE: &str = "usage: scaling [FILE.jsonl [THREADS [ROUNDS]]]";
 const HELP: &str = "scaling: how drafting scales with threads (one thread; THREADS on one Shared; THREADS with a Shared each)
@@ -244,12 +242,12 @@ fn report(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args = common::positional(USAGE, HELP, 3)?;
-    let threads = common::count(args.get(1), "THREADS", 2, common::MAX_THREADS)?;
-    let rounds = common::count(args.get(2), "ROUNDS", 21, 10_000)?;
+    let args = cli::positional(USAGE, HELP, 3)?;
+    let threads = cli::count(args.get(1), "THREADS", 2, cli::MAX_THREADS)?;
+    let rounds = cli::count(args.get(2), "ROUNDS", 21, 10_000)?;
     let workloads = match args.first() {
-        Some(file) => vec![(file.clone(), common::read(file)?)],
-        None => common::samples()?
+        Some(file) => vec![(file.clone(), cli::read(file)?)],
+        None => cli::samples()?
             .into_iter()
             .filter(|(name, _)| name == "sample-chat")
             .collect(),
@@ -261,13 +259,13 @@ fn run(out: &mut Out) -> Result {
 }
 
 fn main() -> ExitCode {
-    common::main("scaling", run)
+    cli::main("scaling", run)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use selfspec::replay::Request;
+    use selfspec_eval::Request;
 
     fn sessions(outputs: &[usize]) -> Vec<Session> {
         outputs

@@ -1,10 +1,10 @@
 //! The engine's token cost (`Speculative::set_token_cost`) and the per-token
 //! acceptance probabilities of a draft (`Speculative::draft_probabilities`).
 
-mod common;
+mod workload;
 
-use selfspec::replay::Session;
 use selfspec::{Config, Error, Speculative, Strategy, Token};
+use selfspec_eval::Session;
 
 /// Replays `sessions` with `cost` set before every draft call: (drafted,
 /// accepted, steps), and checks the probabilities of every draft.
@@ -52,9 +52,7 @@ fn replay_at(config: &Config, cost: Option<f64>, sessions: &[Session]) -> (u64, 
 }
 
 fn sample(name: &str) -> Vec<Session> {
-    common::load_workload(common::manifest_path(&format!(
-        "examples/data/{name}.jsonl"
-    )))
+    workload::load(workload::repo_path(&format!("examples/data/{name}.jsonl")))
 }
 
 #[test]

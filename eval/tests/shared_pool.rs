@@ -1,9 +1,9 @@
 //! One ngram-mod pool shared by many sequences on many threads.
 
-mod common;
+mod workload;
 
-use selfspec::replay::{replay, replay_observed, Session};
 use selfspec::{Config, Shared, Speculative, Strategy};
+use selfspec_eval::{replay, replay_observed, Session};
 use std::collections::HashSet;
 
 fn config() -> Config {
@@ -15,7 +15,7 @@ fn config() -> Config {
 
 #[test]
 fn eight_threads_replay_different_sessions_against_one_pool() {
-    let sessions = common::load_workload(common::manifest_path("examples/data/sample-chat.jsonl"));
+    let sessions = workload::load(workload::repo_path("examples/data/sample-chat.jsonl"));
     let seen: HashSet<u32> = sessions
         .iter()
         .flat_map(|s| &s.requests)
@@ -63,9 +63,7 @@ fn eight_threads_replay_different_sessions_against_one_pool() {
 
 #[test]
 fn one_thread_on_a_shared_pool_is_the_reference() {
-    let sessions = common::load_workload(common::manifest_path(
-        "examples/data/sample-code-edit.jsonl",
-    ));
+    let sessions = workload::load(workload::repo_path("examples/data/sample-code-edit.jsonl"));
     let config = config().with_pool_size(1 << 16);
     let mut own = Speculative::new(&config).unwrap();
     let mut shared = Speculative::with_shared(&config, &Shared::new(&config).unwrap()).unwrap();

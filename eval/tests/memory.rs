@@ -1,11 +1,13 @@
 //! Memory each strategy holds per sequence, against the documented budgets.
 //! `cargo test --test memory -- --nocapture` prints the figures.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod workload;
 
-use selfspec::replay::{Request, Session};
 use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use selfspec::{Drafter, NgramPool};
+use selfspec_eval::{Request, Session};
 
 /// A text-like stream with repeats, so maps create key records.
 fn stream(len: usize) -> Vec<u32> {
@@ -36,7 +38,7 @@ fn held(d: &mut dyn Drafter, history: &[u32]) -> usize {
         "synthetic",
         vec![Request::new(prompt.to_vec(), output.to_vec())],
     );
-    common::drive(d, &[session]);
+    workload::drive(d, &[session]);
     d.heap_bytes()
 }
 
