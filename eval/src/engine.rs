@@ -186,7 +186,7 @@ impl EngineReplay<'_> {
 
 /// Replays `sessions` on an engine of `engine.slots` slots sharing `shared`
 /// (the protocol of `docs/replay.md`, "Concurrent engine"). Figures are summed
-/// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`].
+/// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`](crate::replay()).
 ///
 /// ```
 /// use selfspec::{Config, Shared};
