@@ -101,6 +101,7 @@ pub mod config;
 mod drafter;
 mod error;
 mod index;
+mod int;
 mod limits;
 mod shared;
 mod speculative;

@@ -144,3 +144,45 @@ impl fmt::Display for DrafterStats {
         )
     }
 }
+
+/// Counts of a timed event, kept by atomics that whoever times the event
+/// updates (the engine-wide state's writer waits and saves): how many, their
+/// total, the longest and the last duration.
+#[derive(Debug, Default)]
+pub(crate) struct Timings {
+    count: std::sync::atomic::AtomicU64,
+    total_ns: std::sync::atomic::AtomicU64,
+    longest_ns: std::sync::atomic::AtomicU64,
+    last_ns: std::sync::atomic::AtomicU64,
+}
+
+/// A copy of [`Timings`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Timed {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) longest_ns: u64,
+    pub(crate) last_ns: u64,
+}
+
+impl Timings {
+    /// Counts one event that took `ns` nanoseconds.
+    pub(crate) fn record(&self, ns: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.count.fetch_add(1, Relaxed);
+        self.total_ns.fetch_add(ns, Relaxed);
+        self.longest_ns.fetch_max(ns, Relaxed);
+        self.last_ns.store(ns, Relaxed);
+    }
+
+    /// The counts now.
+    pub(crate) fn get(&self) -> Timed {
+        use std::sync::atomic::Ordering::Relaxed;
+        Timed {
+            count: self.count.load(Relaxed),
+            total_ns: self.total_ns.load(Relaxed),
+            longest_ns: self.longest_ns.load(Relaxed),
+            last_ns: self.last_ns.load(Relaxed),
+        }
+    }
+}

@@ -19,6 +19,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// [`lock`] for a standard mutex: the engine-wide state's bookkeeping
+/// (scopes, saves, byte metering), outside the protocol `--cfg loom` checks.
+pub(crate) fn lock_std<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Locks `m` if no one holds it, ignoring poisoning as [`lock`] does:
 /// `None` when another thread holds it.
 pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {

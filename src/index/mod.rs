@@ -184,11 +184,7 @@ impl Default for Idx {
     }
 }
 
-/// The low 32 bits of a hash (tags; the reference's 32-bit hashes).
-#[inline(always)]
-pub(crate) const fn low32(x: u64) -> u32 {
-    (x & 0xFFFF_FFFF) as u32
-}
+pub(crate) use crate::int::low32;
 
 /// The top `bits` bits of a hash (1 to 32): a bucket number.
 #[inline(always)]

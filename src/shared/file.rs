@@ -35,10 +35,12 @@ const SCOPES_VERSION: u32 = 1;
 /// The format version this build reads and writes.
 pub const VERSION: u32 = 1;
 const HEADER: usize = 112;
-/// Context tokens saved per run.
-const RUN_CONTEXT: usize = 16;
+/// Context tokens saved per run: the memory's (16 in format version 1,
+/// checked at compile time).
+const RUN_CONTEXT: usize = crate::strategies::RUN_CONTEXT;
+const _: () = assert!(RUN_CONTEXT == 16);
 /// Bytes per saved run.
-const RUN_BYTES: u64 = 8 + 4 + 4 * RUN_CONTEXT as u64;
+const RUN_BYTES: u64 = 8 + 4 + 4 * crate::int::wide(RUN_CONTEXT);
 
 pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {

@@ -2,6 +2,7 @@
 //! and read from.
 
 mod file;
+mod meter;
 mod replicas;
 
 pub use replicas::Cursor;
@@ -13,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use crate::config::Config;
 use crate::limits::{check_range, MAX_BUDGET, MIN_BUDGET};
 use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
-use crate::strategies::{EngineBytes, NgramPool, RecallMemory};
-use crate::sync;
+use crate::stats::Timings;
+use crate::strategies::{NgramPool, Recall, RecallMemory};
+use crate::sync::{self, lock_std};
 use crate::Error;
+use meter::{EngineBytes, Metered};
 
 /// The engine-wide learned state: one per engine, shared by every sequence.
 ///
@@ -131,8 +134,8 @@ struct Inner {
     bytes: EngineBytes,
     /// Ticks of scope use, for least-recently-used forgetting.
     clock: AtomicU64,
-    /// Saves: count, total and last duration (ns).
-    saves: [AtomicU64; 3],
+    /// Saves and how long they took.
+    saves: Timings,
     /// Held by the save in progress.
     saving: Mutex<()>,
 }
@@ -216,8 +219,8 @@ impl Scope {
     }
 
     fn heap_bytes(&self) -> usize {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = lock_std(&self.pool);
+        let recall = lock_std(&self.recall);
         Scope::own_bytes(&self.name)
             + pool.0.as_ref().map_or(0, |p| p.size_bytes())
             + recall.as_ref().map_or(0, |m| m.heap_bytes())
@@ -241,15 +244,15 @@ impl Scope {
     fn detach(&self, bytes: &AtomicU64) {
         self.attached.store(false, Ordering::SeqCst);
         bytes.fetch_sub(Scope::own_bytes(&self.name) as u64, Ordering::Relaxed);
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock_std(&self.pool);
         if let (Some(p), true) = (&pool.0, pool.1) {
             bytes.fetch_sub(p.size_bytes() as u64, Ordering::Relaxed);
             pool.1 = false;
         }
         drop(pool);
-        let recall = self.recall.lock().unwrap_or_else(|e| e.into_inner());
+        let recall = lock_std(&self.recall);
         if let Some(m) = &*recall {
-            m.detach();
+            m.meter_with(None);
         }
     }
 }
@@ -398,7 +401,7 @@ impl Shared {
                 scopes: Mutex::new(Scopes::default()),
                 bytes,
                 clock: AtomicU64::new(0),
-                saves: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+                saves: Timings::default(),
                 saving: Mutex::new(()),
             }),
             scope: root,
@@ -469,7 +472,7 @@ impl Shared {
             root.scope.used.store(tick, Ordering::Relaxed);
             return root;
         }
-        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scopes = lock_std(&self.inner.scopes);
         let (scope, made) = scopes.use_scope(name, tick);
         if made {
             self.inner
@@ -503,7 +506,7 @@ impl Shared {
     /// (`false`).
     #[allow(clippy::must_use_candidate)] // called for its effect
     pub fn drop_scope(&self, name: &str) -> bool {
-        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scopes = lock_std(&self.inner.scopes);
         let Some(scope) = scopes.remove(name) else {
             return false;
         };
@@ -516,7 +519,7 @@ impl Shared {
     /// then the others in order.
     #[must_use]
     pub fn scope_names(&self) -> Vec<String> {
-        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let scopes = lock_std(&self.inner.scopes);
         let mut names: Vec<String> = scopes.by_name.keys().map(|name| name.to_string()).collect();
         names.sort_unstable();
         std::iter::once(String::new()).chain(names).collect()
@@ -530,7 +533,7 @@ impl Shared {
         if self.inner.bytes.load(Ordering::Relaxed) <= limit {
             return;
         }
-        let mut scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scopes = lock_std(&self.inner.scopes);
         while self.inner.bytes.load(Ordering::Relaxed) > limit {
             let Some(name) = scopes.oldest_but(&self.scope) else {
                 break;
@@ -560,7 +563,7 @@ impl Shared {
     ///
     /// When the pool's cells cannot be allocated (see [`NgramPool::new`]).
     pub(crate) fn pool(&self) -> Result<Arc<NgramPool>, Error> {
-        let mut pool = self.scope.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock_std(&self.scope.pool);
         if let Some(p) = &pool.0 {
             return Ok(Arc::clone(p));
         }
@@ -579,38 +582,56 @@ impl Shared {
     /// The ngram-mod pool if one was made.
     #[must_use]
     pub(crate) fn existing_pool(&self) -> Option<Arc<NgramPool>> {
-        self.scope
-            .pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+        lock_std(&self.scope.pool).0.clone()
     }
 
     /// recall's engine-wide memory, made on first call.
     #[must_use]
     pub(crate) fn recall_memory(&self) -> sync::Arc<RecallMemory> {
-        let mut recall = self.scope.recall.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recall = lock_std(&self.scope.recall);
         recall
             .get_or_insert_with(|| {
                 let memory = sync::Arc::new(RecallMemory::new(self.inner.budget.memory));
                 // Read under the memory's slot lock, as in `pool`.
                 if self.scope.attached.load(Ordering::SeqCst) {
-                    memory.attach(EngineBytes::clone(&self.inner.bytes));
+                    memory.meter_with(Some(Metered::new(&self.inner.bytes)));
                 }
                 memory
             })
             .clone()
     }
 
+    /// A recall drafter on this scope's engine-wide memory (made on first
+    /// need), with an own index of [`Budget::sequence`] bytes, that stops
+    /// where the estimated probability that the whole draft is accepted
+    /// falls below `threshold` (as [`Recall::new`]): what
+    /// [`Speculative::with_shared`](crate::Speculative::with_shared) builds,
+    /// for a chain of [`Speculative::from_drafters`](crate::Speculative::from_drafters).
+    ///
+    /// ```
+    /// use selfspec::{Config, DraftLimits, Shared, Speculative};
+    ///
+    /// let shared = Shared::new(&Config::recommended())?;
+    /// let chain: Vec<Box<dyn selfspec::Drafter>> = vec![Box::new(shared.recall(0.13))];
+    /// let mut spec = Speculative::from_drafters(chain, DraftLimits::default())?;
+    /// spec.begin(&[1, 2, 3]);
+    /// spec.end_request();
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    #[must_use]
+    pub fn recall(&self, threshold: f64) -> Recall {
+        Recall::with_memory(
+            threshold,
+            self.recall_memory(),
+            self.budget().sequence,
+            true,
+        )
+    }
+
     /// recall's memory if one was made.
     #[must_use]
     pub(crate) fn existing_recall_memory(&self) -> Option<sync::Arc<RecallMemory>> {
-        self.scope
-            .recall
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock_std(&self.scope.recall).clone()
     }
 
     /// Heap bytes of this handle's scope: the pool's cells and recall's
@@ -630,21 +651,17 @@ impl Shared {
 
     /// One save at a time.
     pub(crate) fn lock_saves(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.inner.saving.lock().unwrap_or_else(|e| e.into_inner())
+        lock_std(&self.inner.saving)
     }
 
     /// Counts a save that took `took`.
     pub(crate) fn count_save(&self, took: std::time::Duration) {
-        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let saves = &self.inner.saves;
-        saves[0].fetch_add(1, Ordering::Relaxed);
-        saves[1].fetch_add(ns, Ordering::Relaxed);
-        saves[2].store(ns, Ordering::Relaxed);
+        self.inner.saves.record(crate::int::nanos(took));
     }
 
     /// Every scope's handle, the default one first (what a save writes).
     pub(crate) fn every_scope(&self) -> Vec<Shared> {
-        let scopes = self.inner.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let scopes = lock_std(&self.inner.scopes);
         let mut named: Vec<&Arc<Scope>> = scopes.values().collect();
         named.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         std::iter::once(Arc::clone(&self.inner.root))
@@ -732,15 +749,15 @@ impl Shared {
         let held = memory.as_ref().map_or(0, |m| wide(m.len()));
         let published = memory.as_ref().map_or(0, |m| m.appended());
         let waits = memory.as_ref().map(|m| m.waits()).unwrap_or_default();
-        let saves = &self.inner.saves;
+        let saves = self.inner.saves.get();
         SharedStats {
             requests_published: memory.as_ref().map_or(0, |m| m.requests()),
             writer_waits: waits.count,
             writer_wait_ns: waits.total_ns,
             writer_wait_longest_ns: waits.longest_ns,
-            saves: saves[0].load(Ordering::Relaxed),
-            save_ns: saves[1].load(Ordering::Relaxed),
-            last_save_ns: saves[2].load(Ordering::Relaxed),
+            saves: saves.count,
+            save_ns: saves.total_ns,
+            last_save_ns: saves.last_ns,
             memory_tokens: held,
             memory_capacity: memory.as_ref().map_or(0, |m| wide(m.capacity())),
             tokens_published: published,

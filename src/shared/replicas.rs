@@ -17,8 +17,10 @@ use crate::Error;
 
 const MAGIC: &[u8; 8] = b"SELFDLTA";
 const VERSION: u32 = 1;
-/// Context tokens a run carries.
-const CONTEXT: usize = 16;
+/// Context tokens a run carries: the memory's (16 in format version 1,
+/// checked at compile time).
+const CONTEXT: usize = crate::strategies::RUN_CONTEXT;
+const _: () = assert!(CONTEXT == 16);
 
 /// Where a replica's last export ended, per scope: pass it to the next
 /// [`Shared::export_since`]. `Cursor::default()` exports everything held.

@@ -14,5 +14,5 @@ pub use ngram_cache::{LookupCache, NgramCache};
 pub use ngram_map::NgramMap;
 pub use ngram_mod::{NgramMod, NgramPool};
 pub use ngram_simple::NgramSimple;
-pub(crate) use recall::{EngineBytes, LEARNED_NUMBERS, SAVED_ORDERS};
+pub(crate) use recall::{HeapMeter, LEARNED_NUMBERS, RUN_CONTEXT, SAVED_ORDERS};
 pub use recall::{Recall, RecallMemory, RunContext, DEFAULT_THRESHOLD_PERMILLE};

@@ -8,6 +8,7 @@
 
 use crate::index::poly::Poly;
 use crate::index::Roomy;
+use crate::int::{ix, small};
 use crate::token::Token;
 
 /// Context orders indexed, longest last.
@@ -38,20 +39,6 @@ pub(super) const BYTES_PER_TOKEN: usize = 4 + 8 * K + 2 * K;
 pub(super) const MAX_MATCH: usize = 64;
 /// Chain entries examined per probe: four per occurrence wanted.
 pub(super) const STEPS: usize = 32;
-
-/// A logical position or a length as a slice index (positions stay far
-/// below 2^32: capacities are at most 2^30 tokens).
-#[inline]
-pub(super) fn ix(x: u64) -> usize {
-    usize::try_from(x).unwrap_or(usize::MAX)
-}
-
-/// A small count (a match length, a candidate index, a position in a
-/// per-sequence index of at most 2^30 tokens) in 32 bits.
-#[inline]
-pub(super) fn small(x: usize) -> u32 {
-    u32::try_from(x).unwrap_or(u32::MAX)
-}
 
 /// 32 bits of a context's hash, well spread: the high half of one multiply
 /// (each order has its own buckets, so the order need not enter).

@@ -20,7 +20,7 @@ fn a_reader_sees_a_copied_publication_whole_or_nothing() {
             let memory = Arc::clone(&memory);
             loom::thread::spawn(move || {
                 let range = memory.append_own(&own, 0, 3, true);
-                assert_eq!(range, Some(0..3));
+                assert_eq!(range, Some(memory::Span { start: 0, end: 3 }));
             })
         };
         // Context [7] is followed by 8 once the request is published:

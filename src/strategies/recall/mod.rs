@@ -15,7 +15,7 @@ mod score;
 mod session;
 mod sources;
 
-pub(crate) use memory::EngineBytes;
+pub(crate) use memory::{HeapMeter, RUN_CONTEXT};
 pub use memory::{RecallMemory, RunContext};
 
 /// The context orders, as saved in memory files.
@@ -23,15 +23,14 @@ pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;
 
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Roomy;
+use crate::int::{ix, small};
 use crate::sync::{lock, try_lock, Arc};
 use crate::token::Token;
 
 use calibrate::{m_bucket, Cell, Lean};
 use choose::{Choice, Work};
-use index::{
-    ix, match_len, occurrences, small, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS,
-};
-use memory::{Snapshot, View};
+use index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS};
+use memory::{Snapshot, Span, View};
 use score::{Features, Weights};
 use sources::{Occurrence, Pos, Sources};
 
@@ -188,7 +187,7 @@ pub struct Recall {
     /// Own tokens left for the request's end (a long prompt).
     deferred: Option<(u64, u64)>,
     /// Memory ranges that are copies of own tokens (not counted twice).
-    mirrored: Vec<(u64, u64)>,
+    mirrored: Vec<Span>,
     /// The selector's weights as of the last merge, and this sequence's steps since.
     weights: Weights,
     delta: Weights,
@@ -228,31 +227,6 @@ impl Recall {
             Arc::new(RecallMemory::new(DEFAULT_MEMORY_BUDGET)),
             DEFAULT_SEQUENCE_BUDGET,
             false,
-        )
-    }
-
-    /// A drafter on the engine-wide memory of `shared` (made on first need),
-    /// with an own index of [`Budget::sequence`](crate::Budget::sequence)
-    /// bytes: what [`Speculative::with_shared`](crate::Speculative::with_shared)
-    /// builds, for a chain of [`Speculative::from_drafters`](crate::Speculative::from_drafters).
-    ///
-    /// ```
-    /// use selfspec::{strategies::Recall, Config, DraftLimits, Shared, Speculative};
-    ///
-    /// let shared = Shared::new(&Config::recommended())?;
-    /// let chain: Vec<Box<dyn selfspec::Drafter>> = vec![Box::new(Recall::with_shared(0.13, &shared))];
-    /// let mut spec = Speculative::from_drafters(chain, DraftLimits::default())?;
-    /// spec.begin(&[1, 2, 3]);
-    /// spec.end_request();
-    /// # Ok::<(), selfspec::Error>(())
-    /// ```
-    #[must_use]
-    pub fn with_shared(threshold: f64, shared: &crate::Shared) -> Recall {
-        Recall::with_memory(
-            threshold,
-            shared.recall_memory(),
-            shared.budget().sequence,
-            true,
         )
     }
 

@@ -76,8 +76,7 @@ impl Recall {
     /// memory, after the tokens before them as context; in flight, only if
     /// no other writer is at work (false: nothing appended).
     pub(super) fn publish_range(&mut self, from: u64, to: u64, in_flight: bool) -> bool {
-        let Some(std::ops::Range { start, end }) =
-            self.memory.append_own(&self.own, from, to, !in_flight)
+        let Some(Span { start, end }) = self.memory.append_own(&self.own, from, to, !in_flight)
         else {
             return false;
         };
@@ -85,12 +84,12 @@ impl Recall {
             return true;
         }
         match self.mirrored.last_mut() {
-            Some(last) if last.1 == start => last.1 = end,
+            Some(last) if last.end == start => last.end = end,
             _ => {
                 if self.mirrored.len() == MIRRORED {
                     self.mirrored.remove(0);
                 }
-                self.mirrored.push((start, end));
+                self.mirrored.push(Span { start, end });
             }
         }
         true
@@ -203,7 +202,10 @@ impl Recall {
                     m += 1;
                 }
                 self.published = j;
-                self.mirrored.push((e - m, e));
+                self.mirrored.push(Span {
+                    start: e - m,
+                    end: e,
+                });
                 return;
             }
             j = j.saturating_sub(KNOWN_STRIDE as u64);

@@ -47,7 +47,7 @@ pub(super) struct Sources<'a> {
     pub(super) own: &'a SeqIndex,
     pub(super) memory: View<'a>,
     pub(super) request_start: u64,
-    pub(super) mirrored: &'a [(u64, u64)],
+    pub(super) mirrored: &'a [Span],
 }
 
 impl Sources<'_> {
@@ -150,7 +150,7 @@ impl Sources<'_> {
         });
         if added < MEMORY_BELOW && !self.memory.is_empty() {
             occurrences(&self.memory, o, tag, |e| {
-                if self.mirrored.iter().any(|&(a, b)| e >= a && e < b) {
+                if self.mirrored.iter().any(|s| s.contains(e)) {
                     return true;
                 }
                 scratch.push(Occurrence {

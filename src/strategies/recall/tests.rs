@@ -417,7 +417,13 @@ fn a_draft_call_leaves_a_large_growth_of_the_runs_to_a_request_end() {
     assert_eq!(memory.runs_room(), (len, room));
     // At a request's end: appended, the deque grown.
     let end = memory.appended();
-    assert_eq!(memory.append_own(&own, 100, 150, true), Some(end..end + 50));
+    assert_eq!(
+        memory.append_own(&own, 100, 150, true),
+        Some(Span {
+            start: end,
+            end: end + 50
+        })
+    );
     let (after, grown) = memory.runs_room();
     assert_eq!(after, len + 1);
     assert!(grown > room);

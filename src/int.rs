@@ -1,0 +1,41 @@
+//! Conversions between integer and float types, in one place (as
+//! aho-corasick's `util/int.rs` does): the library's casts go through these
+//! helpers, each named for what it assumes, so a lossy one is easy to audit.
+//!
+//! Positions and lengths are `u64` in the indexes and memories and `usize`
+//! in slices; every supported target has a `usize` of at most 64 bits, and
+//! histories, capacities and tables stay far below 2^32 entries.
+
+/// `x` as a `u64`: lossless on every target with a `usize` of at most 64
+/// bits (all that Rust supports today).
+#[inline(always)]
+pub(crate) const fn wide(x: usize) -> u64 {
+    x as u64
+}
+
+/// A logical position or a length as a slice index, saturating (positions
+/// stay far below 2^32: capacities are at most 2^30 tokens).
+#[inline(always)]
+pub(crate) fn ix(x: u64) -> usize {
+    usize::try_from(x).unwrap_or(usize::MAX)
+}
+
+/// A small count (a match length, a candidate index, a position in an index
+/// of at most 2^30 tokens) in 32 bits, saturating.
+#[inline(always)]
+pub(crate) fn small(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+/// The low 32 bits of `x` (a truncation, on purpose: a position stored in a
+/// 32-bit cell, a hash's low half).
+#[inline(always)]
+pub(crate) const fn low32(x: u64) -> u32 {
+    (x & 0xFFFF_FFFF) as u32
+}
+
+/// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
+#[inline]
+pub(crate) fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
