@@ -36,6 +36,16 @@ pub struct ModelConfig {
     /// The lm_head is the embedding matrix (no `lm_head.weight` tensor).
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Positions the model was trained for (Hugging Face's
+    /// `max_position_embeddings`, a GGUF's `context_length`); `None`: no
+    /// limit is known.
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
+    /// RoPE rotates interleaved pairs `(2i, 2i + 1)` (llama.cpp's Llama
+    /// layout, whose GGUF files permute the q / k rows for it) rather than
+    /// the two halves of a head (Hugging Face's layout).
+    #[serde(default)]
+    pub rope_interleaved: bool,
 }
 
 fn default_rope_theta() -> f64 {

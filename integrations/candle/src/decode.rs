@@ -14,12 +14,41 @@ use selfspec::{verify, Config, Shared, Speculative};
 
 use crate::{Error, Model};
 
+/// Prompt tokens evaluated in one pass at most while prefilling (bounds the
+/// attention scores' memory on long prompts).
+pub const PREFILL_CHUNK: usize = 256;
+
+/// When a request ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// A token that ends the reply (kept as its last token), e.g. the chat
+    /// template's end of turn.
+    pub stop: Option<u32>,
+}
+
+impl Limits {
+    /// `max_tokens` tokens, no stop token.
+    #[must_use]
+    pub fn tokens(max_tokens: usize) -> Limits {
+        Limits {
+            max_tokens,
+            stop: None,
+        }
+    }
+}
+
 /// What one request produced.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Generation {
-    /// The generated tokens (the first comes from the prefill pass).
+    /// The generated tokens (the first comes from the prefill pass; a stop
+    /// token, when reached, is the last).
     pub tokens: Vec<u32>,
-    /// Forward passes, the prefill included.
+    /// For each generated token, the top-1 / top-2 logit gap of the row that
+    /// chose it (infinite for a one-token vocabulary).
+    pub gaps: Vec<f32>,
+    /// Forward passes, the prefill's counted as one.
     pub forward_passes: usize,
     /// Draft tokens sent to verification.
     pub drafted: usize,
@@ -27,12 +56,20 @@ pub struct Generation {
     pub accepted: usize,
     /// Wall-clock time of the request (prefill included).
     pub elapsed: Duration,
-    /// The smallest top-1 / top-2 logit gap of the rows whose argmax became
-    /// an output token (infinite for a one-token vocabulary).
+    /// Wall-clock time after the prefill (the decoding proper).
+    pub decode_time: Duration,
+    /// The smallest of `gaps`.
     pub min_margin: f32,
 }
 
 impl Generation {
+    fn new() -> Generation {
+        Generation {
+            min_margin: f32::INFINITY,
+            ..Generation::default()
+        }
+    }
+
     /// Generated tokens per forward pass (tau).
     #[must_use]
     #[allow(clippy::cast_precision_loss)]
@@ -45,6 +82,20 @@ impl Generation {
     #[allow(clippy::cast_precision_loss)]
     pub fn tokens_per_second(&self) -> f64 {
         self.tokens.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Appends `tokens` (with their rows' gaps) up to the limits; whether
+    /// the request is done.
+    fn push(&mut self, tokens: &[(u32, f32)], limits: Limits) -> bool {
+        for &(token, gap) in tokens {
+            self.tokens.push(token);
+            self.gaps.push(gap);
+            self.min_margin = self.min_margin.min(gap);
+            if Some(token) == limits.stop || self.tokens.len() >= limits.max_tokens {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -74,41 +125,40 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
         .collect())
 }
 
-/// The last row of a forward pass's logits.
-fn last_row(logits: &Tensor) -> Result<Tensor, Error> {
-    let rows = logits.dim(0)?;
-    Ok(logits.narrow(0, rows - 1, 1)?)
-}
-
 /// Plain greedy decoding: `max_tokens` tokens after `prompt`, one forward
-/// pass each (the baseline).
+/// pass each (the baseline), from an empty cache.
 ///
 /// # Errors
 ///
 /// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt token
 /// outside the vocabulary, [`Error::Candle`] if a pass fails.
 pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Generation, Error> {
+    model.reset();
+    plain_until(model, prompt, Limits::tokens(max_tokens))
+}
+
+/// Plain greedy decoding until `limits`. The cached positions that are a
+/// prefix of `prompt` are reused ([`Model::prefill`]).
+///
+/// # Errors
+///
+/// As [`plain`], and [`Error::ContextFull`] when the model's context ends
+/// first.
+pub fn plain_until(model: &mut Model, prompt: &[u32], limits: Limits) -> Result<Generation, Error> {
     let start = Instant::now();
-    let mut g = Generation {
-        min_margin: f32::INFINITY,
-        ..Generation::default()
-    };
-    if max_tokens == 0 {
+    let mut g = Generation::new();
+    if limits.max_tokens == 0 {
         return Ok(g);
     }
-    model.reset();
-    let mut logits = last_row(&model.forward(prompt)?)?;
+    let mut row = argmax_rows(&model.prefill(prompt, PREFILL_CHUNK)?)?;
     g.forward_passes = 1;
-    loop {
-        let (next, margin) = argmax_rows(&logits)?[0];
-        g.tokens.push(next);
-        g.min_margin = g.min_margin.min(margin);
-        if g.tokens.len() == max_tokens {
-            break;
-        }
-        logits = model.forward(&[next])?;
+    let decoding = Instant::now();
+    while !g.push(&row, limits) {
+        let next = row[0].0;
+        row = argmax_rows(&model.forward(&[next])?)?;
         g.forward_passes += 1;
     }
+    g.decode_time = decoding.elapsed();
     g.elapsed = start.elapsed();
     Ok(g)
 }
@@ -118,7 +168,7 @@ pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Gen
 ///
 /// One [`Speculative`] per request on the engine-wide `shared` (built with
 /// `config`); `token_cost`, if given, goes to
-/// [`Speculative::set_token_cost`].
+/// [`Speculative::set_token_cost`]. Starts from an empty cache.
 ///
 /// # Errors
 ///
@@ -132,35 +182,47 @@ pub fn speculative(
     max_tokens: usize,
     token_cost: Option<f64>,
 ) -> Result<Generation, Error> {
-    let start = Instant::now();
-    let mut g = Generation {
-        min_margin: f32::INFINITY,
-        ..Generation::default()
-    };
     let mut spec = Speculative::with_shared(config, shared)?;
     if let Some(cost) = token_cost {
         spec.set_token_cost(cost)?;
     }
-    if max_tokens == 0 {
+    model.reset();
+    speculative_until(model, &mut spec, prompt, Limits::tokens(max_tokens))
+}
+
+/// Speculative greedy decoding of one request with `spec` (new for the
+/// request, or reused: [`Speculative::begin`] starts it) until `limits`.
+///
+/// # Errors
+///
+/// As [`plain_until`].
+pub fn speculative_until(
+    model: &mut Model,
+    spec: &mut Speculative,
+    prompt: &[u32],
+    limits: Limits,
+) -> Result<Generation, Error> {
+    let start = Instant::now();
+    let mut g = Generation::new();
+    if limits.max_tokens == 0 {
         return Ok(g);
     }
 
     // prefill: the cache holds the prompt; its last row gives the first token.
-    model.reset();
-    let logits = last_row(&model.forward(prompt)?)?;
+    let first = argmax_rows(&model.prefill(prompt, PREFILL_CHUNK)?)?;
     g.forward_passes = 1;
-    let (mut last, margin) = argmax_rows(&logits)?[0];
-    g.min_margin = margin;
-    g.tokens.push(last);
+    let decoding = Instant::now();
     spec.begin(prompt);
     // The tokens the model has evaluated (= the KV cache); `last` is not in it.
     let mut history = prompt.to_vec();
+    let mut last = first[0].0;
+    let mut done = g.push(&first, limits);
 
     let mut input = Vec::new();
-    while g.tokens.len() < max_tokens {
+    while !done {
         // propose: at most as many draft tokens as the request still needs
         // (a pass yields the accepted ones and one more).
-        let room = max_tokens - g.tokens.len();
+        let room = limits.max_tokens - g.tokens.len();
         let draft = spec.draft(&history, last);
         let draft = &draft[..draft.len().min(room - 1)];
 
@@ -175,27 +237,25 @@ pub fn speculative(
         let v = verify::greedy_next(draft, &argmax).ok_or(Error::Candle(
             candle_core::Error::Msg("a pass returned fewer rows than tokens".into()),
         ))?;
-        for &(_, margin) in &rows[..=v.n_accepted] {
-            g.min_margin = g.min_margin.min(margin);
-        }
 
         // commit: history grows by `last` and the kept draft tokens; the
-        // correction (or bonus) token is the next `last`.
+        // correction (or bonus) token is the next `last`. A stop token ends
+        // the request where it appears.
         g.drafted += draft.len();
         g.accepted += v.n_accepted;
         history.push(last);
         history.extend_from_slice(&draft[..v.n_accepted]);
-        g.tokens.extend_from_slice(&draft[..v.n_accepted]);
-        g.tokens.push(v.next_token);
+        done = g.push(&rows[..=v.n_accepted], limits);
         last = v.next_token;
 
         // rollback: drop the rejected draft positions from the KV cache.
-        model.truncate(history.len())?;
+        model.truncate(history.len());
         spec.accept(v.n_accepted);
     }
     // end of request: the request's tokens join the engine-wide memory
     // (`shared`), for the next requests' drafts.
     spec.end_request();
+    g.decode_time = decoding.elapsed();
     g.elapsed = start.elapsed();
     Ok(g)
 }
@@ -249,7 +309,7 @@ pub fn pass_time(
         let logits = model.forward(&pass)?;
         argmax_rows(&logits)?;
         times.push(t.elapsed());
-        model.truncate(ctx.len())?;
+        model.truncate(ctx.len());
     }
     times.sort();
     Ok(times[times.len() / 2])

@@ -58,4 +58,24 @@ pub enum Error {
     /// A request with no prompt tokens: there is nothing to prefill.
     #[error("empty prompt: decoding needs at least one prompt token")]
     EmptyPrompt,
+    /// A pass would go past the positions the model was trained for.
+    #[error("the sequence needs {needed} positions, the model has {max}")]
+    ContextFull {
+        /// Positions the pass would fill.
+        needed: usize,
+        /// The model's context length.
+        max: usize,
+    },
+    /// A GGUF file that cannot be read, or whose metadata and tensors do not
+    /// describe a model this crate runs.
+    #[error("{}: {what}", path.display())]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (and, where it applies, what is allowed).
+        what: String,
+    },
+    /// A tokenizer that cannot be built or read, or text it cannot encode.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
 }

@@ -19,15 +19,21 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod chat;
 mod config;
 pub mod decode;
 mod error;
+pub mod gguf;
 mod model;
+pub mod numerics;
 pub mod prompts;
 pub mod random;
+pub mod tokenizer;
 
 pub use config::ModelConfig;
-pub use decode::{measure_token_cost, Generation};
+pub use decode::{measure_token_cost, Generation, Limits};
 pub use error::Error;
+pub use gguf::{GgufFile, Representation};
 pub use model::{LayerCache, Model};
 pub use random::RandomModel;
+pub use tokenizer::TextTokenizer;

@@ -1,294 +1,259 @@
-//! `selfspec-candle`: plain vs self-speculative greedy decoding on a candle
-//! decoder; prints tokens/s, forward passes, tau and whether the outputs are
-//! identical. `--help` lists the options.
+//! `selfspec-candle`: text conversations decoded by a GGUF model on candle's
+//! CPU device, plainly and speculatively (selfspec's drafts), turn by turn in
+//! the same sitting; prints tokens/s, speed-up, tau, acceptance and whether
+//! the replies are identical, per kind and in total. `--help` lists the
+//! options.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
-use selfspec_candle::prompts::{self, Prompt};
-use selfspec_candle::{
-    decode, measure_token_cost, random, Generation, Model, ModelConfig, RandomModel,
-};
+use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
+use selfspec_candle::{decode, numerics, GgufFile, Representation, TextTokenizer};
+use selfspec_conversations::{self as conv, Progress, Source, Tally};
 
 const HELP: &str = "\
-usage: selfspec-candle (--model FILE | --random) [options]
-  --model FILE          safetensors weights (Llama tensor names)
-  --config FILE         config.json (default: config.json next to the weights)
-  --tokenizer FILE      tokenizer.json for text prompts (needs the `tokenizers` feature)
-  --prompt TEXT         one prompt: token ids (comma/space separated), or text with --tokenizer
-  --prompts FILE        JSON Lines, one request per line: {\"prompt\": [ids] or \"text\"}
-  --max-tokens N        tokens to generate per request (default 128)
-  --token-cost auto|X   also run speculative decoding with this token cost (auto: measured)
-  --random              a seeded random model written to a temp dir (no downloads)
-  -h, --help            this help";
+usage: selfspec-candle [options]
+  --gguf PATH            the model (default: $SELFSPEC_MODEL, else the file
+                         integrations/fetch-model.sh fetches)
+  --tokenizer FILE       a tokenizer.json to use instead of the GGUF's own
+  --conversations FILE[:N]...  text conversations (JSON Lines; :N = the first N);
+                         default: the figure set (all code-edit sessions,
+                         10 chat sessions, 40 code problems)
+  --max-tokens N         tokens a reply may have (default 256)
+  --weights REPR         q8_0 (default), f32 or native (as stored)
+  --strategy S           a drafting strategy as the replay tool takes it
+                         (NAME[:k=v,...]); several form a chain; default recall
+  --draft-max N, --draft-min N   draft limits of the set
+  --token-cost auto|none|X  the set's token cost (default auto: measured from
+                         the model's own pass times at start)
+  --next                 start another drafting set (the options above after
+                         it belong to it); every set is compared with the
+                         same plain decoding, turn by turn
+  --near-tie X           top-1/top-2 logit gap under which a different reply
+                         is a near tie (default: measured bound of --weights)
+  --json FILE            one object per set and kind, and one for all kinds
+  -h, --help             this help";
+
+/// A set's `--token-cost`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Cost {
+    /// Measured from the model's pass times at start.
+    #[default]
+    Auto,
+    /// No token cost given to selfspec.
+    Off,
+    /// This one.
+    Fixed(f64),
+}
 
 #[derive(Debug, Default)]
+struct SetArgs {
+    strategies: Vec<String>,
+    draft_max: Option<usize>,
+    draft_min: Option<usize>,
+    cost: Cost,
+}
+
+#[derive(Debug)]
 struct Args {
-    model: Option<PathBuf>,
-    config: Option<PathBuf>,
+    gguf: Option<PathBuf>,
     tokenizer: Option<PathBuf>,
-    prompt: Option<String>,
-    prompts: Option<PathBuf>,
+    conversations: Vec<Source>,
     max_tokens: usize,
-    token_cost: Option<TokenCost>,
-    random: bool,
+    weights: Representation,
+    sets: Vec<SetArgs>,
+    near_tie: Option<f32>,
+    json: Option<PathBuf>,
     help: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum TokenCost {
-    Auto,
-    Fixed(f64),
+fn positive(name: &str, v: &str) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{name}: {v:?} is not a positive integer"))
+}
+
+fn cost(v: &str) -> Result<Cost, String> {
+    match v {
+        "auto" => Ok(Cost::Auto),
+        "none" => Ok(Cost::Off),
+        x => match x.parse::<f64>() {
+            Ok(c) if (0.0..1.0).contains(&c) => Ok(Cost::Fixed(c)),
+            _ => Err(format!(
+                "--token-cost: {v:?} is not auto, none or a number in [0, 1)"
+            )),
+        },
+    }
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
-        max_tokens: 128,
-        ..Args::default()
+        gguf: None,
+        tokenizer: None,
+        conversations: Vec::new(),
+        max_tokens: 256,
+        weights: Representation::Q8_0,
+        sets: vec![SetArgs::default()],
+        near_tie: None,
+        json: None,
+        help: false,
     };
+    // After --conversations, the arguments up to the next option are files.
+    let mut files = false;
     while let Some(arg) = it.next() {
+        if files && !arg.starts_with('-') {
+            a.conversations
+                .push(arg.parse().map_err(|e: conv::Error| e.to_string())?);
+            continue;
+        }
+        files = false;
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let n = a.sets.len() - 1;
+        let set = &mut a.sets[n];
         match arg.as_str() {
             "-h" | "--help" => a.help = true,
-            "--random" | "--demo" => a.random = true,
-            "--model" => a.model = Some(value("--model")?.into()),
-            "--config" => a.config = Some(value("--config")?.into()),
+            "--gguf" => a.gguf = Some(value("--gguf")?.into()),
             "--tokenizer" => a.tokenizer = Some(value("--tokenizer")?.into()),
-            "--prompt" => a.prompt = Some(value("--prompt")?),
-            "--prompts" => a.prompts = Some(value("--prompts")?.into()),
-            "--max-tokens" => {
-                let v = value("--max-tokens")?;
-                a.max_tokens = v
+            "--conversations" => files = true,
+            "--max-tokens" => a.max_tokens = positive("--max-tokens", &value("--max-tokens")?)?,
+            "--weights" => {
+                a.weights = value("--weights")?
                     .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--max-tokens: {v:?} is not a positive integer"))?;
+                    .map_err(|e| format!("--weights: {e}"))?;
             }
-            "--token-cost" => {
-                let v = value("--token-cost")?;
-                a.token_cost = Some(if v == "auto" {
-                    TokenCost::Auto
-                } else {
-                    match v.parse::<f64>() {
-                        Ok(x) if (0.0..1.0).contains(&x) => TokenCost::Fixed(x),
-                        _ => {
-                            return Err(format!(
-                                "--token-cost: {v:?} is not auto or a number in [0, 1)"
-                            ))
-                        }
-                    }
-                });
+            "--strategy" | "-s" => set.strategies.push(value("--strategy")?),
+            "--draft-max" => set.draft_max = Some(positive("--draft-max", &value("--draft-max")?)?),
+            "--draft-min" => {
+                let v = value("--draft-min")?;
+                set.draft_min = Some(
+                    v.parse()
+                        .map_err(|_| format!("--draft-min: {v:?} is not an integer"))?,
+                );
             }
+            "--token-cost" => set.cost = cost(&value("--token-cost")?)?,
+            "--next" => a.sets.push(SetArgs::default()),
+            "--near-tie" => {
+                let v = value("--near-tie")?;
+                a.near_tie = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|x: &f32| x.is_finite() && *x >= 0.0)
+                        .ok_or_else(|| format!("--near-tie: {v:?} is not a non-negative number"))?,
+                );
+            }
+            "--json" => a.json = Some(value("--json")?.into()),
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
-    }
-    if a.help {
-        return Ok(a);
-    }
-    if a.random == a.model.is_some() {
-        return Err("give exactly one of --model FILE and --random".into());
-    }
-    if a.prompt.is_some() && a.prompts.is_some() {
-        return Err("give at most one of --prompt and --prompts".into());
-    }
-    if !a.random && a.prompt.is_none() && a.prompts.is_none() {
-        return Err("give --prompt TEXT or --prompts FILE (or use --random)".into());
-    }
-    if a.tokenizer.is_some() && !cfg!(feature = "tokenizers") {
-        return Err("--tokenizer needs a build with `--features tokenizers`".into());
     }
     Ok(a)
 }
 
-/// Text prompts to tokens.
-struct Tokenizer {
-    #[cfg(feature = "tokenizers")]
-    inner: Option<tokenizers::Tokenizer>,
-}
-
-impl Tokenizer {
-    #[cfg_attr(not(feature = "tokenizers"), allow(clippy::unnecessary_wraps))]
-    fn load(path: Option<&Path>) -> Result<Tokenizer, String> {
-        #[cfg(feature = "tokenizers")]
-        {
-            let inner = path
-                .map(|p| {
-                    tokenizers::Tokenizer::from_file(p).map_err(|e| format!("{}: {e}", p.display()))
-                })
-                .transpose()?;
-            Ok(Tokenizer { inner })
-        }
-        #[cfg(not(feature = "tokenizers"))]
-        {
-            let _ = path;
-            Ok(Tokenizer {})
-        }
-    }
-
-    fn tokens(&self, prompt: Prompt) -> Result<Vec<u32>, String> {
-        match prompt {
-            Prompt::Tokens(t) => Ok(t),
-            Prompt::Text(text) => {
-                #[cfg(feature = "tokenizers")]
-                if let Some(tok) = &self.inner {
-                    return tok
-                        .encode(text, false)
-                        .map(|e| e.get_ids().to_vec())
-                        .map_err(|e| format!("tokenizer: {e}"));
-                }
-                prompts::parse_ids(&text).map_err(|_| {
-                    "a text prompt needs --tokenizer (without one, prompts are token ids)".into()
-                })
-            }
-        }
-    }
-}
-
-fn summary(name: &str, runs: &[Generation]) -> String {
-    let tokens: usize = runs.iter().map(|g| g.tokens.len()).sum();
-    let passes: usize = runs.iter().map(|g| g.forward_passes).sum();
-    let secs: f64 = runs.iter().map(|g| g.elapsed.as_secs_f64()).sum();
-    let (drafted, accepted): (usize, usize) = runs
-        .iter()
-        .map(|g| (g.drafted, g.accepted))
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    #[allow(clippy::cast_precision_loss)]
-    let (tau, tps) = (
-        tokens as f64 / passes.max(1) as f64,
-        tokens as f64 / secs.max(1e-9),
-    );
-    format!(
-        "{name:<28} {tokens:>6} tokens  {passes:>6} forward passes  tau {tau:>5.2}  {tps:>8.1} tokens/s  drafted {drafted} accepted {accepted}"
-    )
-}
-
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> Result<bool, String> {
     let err = |e: selfspec_candle::Error| e.to_string();
-    let tmp;
-    let (weights, config_path) = if args.random {
-        tmp = std::env::temp_dir().join(format!("selfspec-candle-random-{}", std::process::id()));
-        let random = RandomModel::bench(1);
-        let (w, c) = random.write(&tmp).map_err(err)?;
-        println!(
-            "random model (seed 1, {} layers, hidden {}, vocab {}) in {}",
-            random.config.num_hidden_layers,
-            random.config.hidden_size,
-            random.config.vocab_size,
-            tmp.display()
-        );
-        (w, args.config.clone().unwrap_or(c))
+    let path = conv::model_path(args.gguf.clone()).map_err(|e| e.to_string())?;
+    let sources = if args.conversations.is_empty() {
+        conv::figure_set(&conv::default_data_dir())
     } else {
-        let w = args.model.clone().unwrap_or_default();
-        let c = args
-            .config
-            .clone()
-            .unwrap_or_else(|| w.with_file_name("config.json"));
-        (w, c)
+        args.conversations.clone()
     };
-    let config = ModelConfig::from_file(&config_path).map_err(err)?;
-    let mut model = Model::load(&weights, &config).map_err(err)?;
-    if args.random {
-        let _ = std::fs::remove_dir_all(weights.parent().unwrap_or(Path::new("")));
-    }
+    let conversations = conv::load(&sources).map_err(|e| e.to_string())?;
 
-    let tokenizer = Tokenizer::load(args.tokenizer.as_deref())?;
-    let raw: Vec<(String, Prompt)> = if let Some(p) = &args.prompt {
-        vec![("prompt".into(), Prompt::Text(p.clone()))]
-    } else if let Some(file) = &args.prompts {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let ps = prompts::parse_jsonl(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        ps.into_iter()
-            .enumerate()
-            .map(|(i, p)| (format!("request {}", i + 1), p))
-            .collect()
-    } else {
-        // --random without prompts: a repetitive prompt (four turns of one of
-        // the model's successor cycles, which it goes on repeating, as a code
-        // edit repeats the text it was given) and a non-repetitive one.
-        let vocab = u32::try_from(config.vocab_size).unwrap_or(u32::MAX);
-        let repetitive = RandomModel::bench(1).cycle(5, 256);
-        let other = random::random_tokens(2, 256, vocab);
-        vec![
-            ("repetitive".into(), Prompt::Tokens(repetitive)),
-            ("non-repetitive".into(), Prompt::Tokens(other)),
-        ]
-    };
-    let requests: Vec<(String, Vec<u32>)> = raw
-        .into_iter()
-        .map(|(name, p)| tokenizer.tokens(p).map(|t| (name, t)))
-        .collect::<Result<_, _>>()?;
-    if let Some((name, _)) = requests.iter().find(|(_, t)| t.is_empty()) {
-        return Err(format!("{name}: empty prompt"));
+    let loading = Instant::now();
+    let mut file = GgufFile::open(&path).map_err(err)?;
+    let tokenizer = match &args.tokenizer {
+        Some(t) => TextTokenizer::from_file(t),
+        None => TextTokenizer::from_gguf(&file),
     }
-
-    let token_cost = match args.token_cost {
-        None => None,
-        Some(TokenCost::Fixed(x)) => Some(x),
-        Some(TokenCost::Auto) => {
-            let c = measure_token_cost(&mut model).map_err(err)?;
-            println!("measured token cost: {c:.3} (marginal cost of one more token in a pass, relative to a one-token pass)");
-            Some(c)
-        }
-    };
-
-    // One Shared per mode, across its requests: what one request teaches the
-    // drafters serves the next, and the modes do not learn from each other.
-    let spec_config = selfspec::Config::recommended();
-    let new_shared = || selfspec::Shared::new(&spec_config).map_err(|e| e.to_string());
-    let (shared, shared_costed) = (new_shared()?, new_shared()?);
-    let n = args.max_tokens;
-    // Warm-up: page in the weights before timing.
-    decode::plain(&mut model, &requests[0].1, 2).map_err(err)?;
-
-    let mut plain = Vec::new();
-    let mut spec = Vec::new();
-    let mut costed = Vec::new();
-    for (name, prompt) in &requests {
-        let p = decode::plain(&mut model, prompt, n).map_err(err)?;
-        let s =
-            decode::speculative(&mut model, &spec_config, &shared, prompt, n, None).map_err(err)?;
-        println!(
-            "{}",
-            summary(&format!("{name}: plain"), std::slice::from_ref(&p))
-        );
-        println!(
-            "{}",
-            summary(&format!("{name}: speculative"), std::slice::from_ref(&s))
-        );
-        if let Some(c) = token_cost {
-            let s =
-                decode::speculative(&mut model, &spec_config, &shared_costed, prompt, n, Some(c))
-                    .map_err(err)?;
-            println!(
-                "{}",
-                summary(
-                    &format!("{name}: speculative cost {c:.3}"),
-                    std::slice::from_ref(&s)
-                )
-            );
-            costed.push(s);
-        }
-        plain.push(p);
-        spec.push(s);
-    }
-    if requests.len() > 1 {
-        println!("{}", summary("all: plain", &plain));
-        println!("{}", summary("all: speculative", &spec));
-        if !costed.is_empty() {
-            println!("{}", summary("all: speculative with cost", &costed));
-        }
-    }
-    let same = plain.iter().zip(&spec).all(|(a, b)| a.tokens == b.tokens)
-        && plain.iter().zip(&costed).all(|(a, b)| a.tokens == b.tokens);
+    .map_err(err)?;
+    let mut model = file.model(args.weights).map_err(err)?;
+    let c = model.config();
     println!(
-        "identical outputs (plain vs speculative): {}",
-        if same { "yes" } else { "NO" }
+        "model: {} ({} layers, hidden {}, vocabulary {}, context {}), weights {}, loaded in {:.1} s",
+        path.display(),
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.vocab_size,
+        c.max_position_embeddings.unwrap_or(0),
+        args.weights,
+        loading.elapsed().as_secs_f64()
     );
-    if same {
-        Ok(())
-    } else {
-        Err("speculative output differs from plain output".into())
+
+    let mut measured = None;
+    let mut sets = Vec::new();
+    for s in &args.sets {
+        let config =
+            conv::config(&s.strategies, s.draft_max, s.draft_min).map_err(|e| e.to_string())?;
+        let token_cost = match s.cost {
+            Cost::Off => None,
+            Cost::Fixed(x) => Some(x),
+            Cost::Auto => Some(match measured {
+                Some(x) => x,
+                None => {
+                    let x = decode::measure_token_cost(&mut model).map_err(err)?;
+                    println!("measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)");
+                    measured = Some(x);
+                    x
+                }
+            }),
+        };
+        let mut label = conv::strategy_label(&s.strategies);
+        if let Some(x) = token_cost {
+            label = format!("{label} (token cost {x:.2})");
+        }
+        sets.push(DraftSet::new(label, config, token_cost).map_err(err)?);
     }
+    let near_tie = args
+        .near_tie
+        .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
+    let labels: Vec<String> = sets.iter().map(|s| s.label.clone()).collect();
+    let mut tallies: Vec<Tally> = sets.iter().map(|_| Tally::new()).collect();
+    let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
+    let mut progress = Progress::new(turns);
+    let mut chat = Chat {
+        model: &mut model,
+        tokenizer: &tokenizer,
+        sets,
+        max_tokens: args.max_tokens,
+    };
+    for conversation in &conversations {
+        let kind = conversation.kind.as_str();
+        chat.run(conversation, |_, outcome| match outcome {
+            Outcome::Skipped { .. } => {
+                tallies.iter_mut().for_each(|t| t.note_skipped(kind));
+                progress.turn(kind, &conversation.id, 0, 0.0, 0.0);
+            }
+            Outcome::Decoded(turn) => {
+                let plain = chat::decoded(&turn.plain);
+                for (tally, spec) in tallies.iter_mut().zip(&turn.spec) {
+                    let d = chat::divergence(&turn.plain, spec, near_tie);
+                    tally.add_turn(kind, &plain, &chat::decoded(spec), &d);
+                }
+                let tps = |d: &selfspec_conversations::Decoded| {
+                    #[allow(clippy::cast_precision_loss)]
+                    let n = d.generated as f64;
+                    n / d.decode_time.as_secs_f64().max(1e-9)
+                };
+                let first = turn.spec.first().map_or(0.0, |s| tps(&chat::decoded(s)));
+                progress.turn(kind, &conversation.id, plain.generated, tps(&plain), first);
+            }
+        })
+        .map_err(err)?;
+    }
+    progress.finish();
+
+    let mut summaries = Vec::new();
+    for (label, tally) in labels.iter().zip(&tallies) {
+        summaries.extend(tally.summaries(label, None));
+    }
+    let mut out = std::io::stdout().lock();
+    conv::print_table(&mut out, &summaries).map_err(|e| e.to_string())?;
+    println!("near-tie bound: {near_tie} (top-1 / top-2 logit gap of the plain pass)");
+    if let Some(path) = &args.json {
+        conv::write_json(path, &summaries).map_err(|e| e.to_string())?;
+    }
+    Ok(summaries.iter().all(|s| s.diverged_not_near_tie == 0))
 }
 
 fn main() -> ExitCode {
@@ -304,7 +269,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("selfspec-candle: a speculative reply differs from the plain one away from a near tie");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("selfspec-candle: {e}");
             ExitCode::FAILURE

@@ -1,26 +1,33 @@
 //! A Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU,
 //! tied or untied lm_head; Qwen2's q/k/v biases and Qwen3's q/k norms when
-//! the weights have them) in f32 on candle's CPU device, with a KV cache that
-//! can be truncated to any position.
+//! the weights have them) on candle's CPU device, its projections in f32 or
+//! quantized (read from a GGUF file, see [`crate::gguf`]), with a KV cache
+//! that can be truncated to any position.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 
 use crate::{Error, ModelConfig};
 
-/// A projection `x @ w^T (+ b)`, `w` as stored by Hugging Face (`[out, in]`).
+/// A projection `x @ w^T (+ b)`, `w` as stored by Hugging Face and GGUF
+/// (`[out, in]`): dense f32 or quantized (candle's `QMatMul`).
 #[derive(Debug, Clone)]
-struct Linear {
-    weight: Tensor,
+pub(crate) struct Linear {
+    weight: QMatMul,
     bias: Option<Tensor>,
 }
 
 impl Linear {
+    pub(crate) fn new(weight: QMatMul, bias: Option<Tensor>) -> Linear {
+        Linear { weight, bias }
+    }
+
     fn load(vb: &VarBuilder, out_dim: usize, in_dim: usize) -> candle_core::Result<Linear> {
-        let weight = vb.get((out_dim, in_dim), "weight")?;
+        let weight = QMatMul::Tensor(vb.get((out_dim, in_dim), "weight")?);
         let bias = if vb.contains_tensor("bias") {
             Some(vb.get(out_dim, "bias")?)
         } else {
@@ -31,7 +38,7 @@ impl Linear {
 
     /// `x`: `[t, in]` -> `[t, out]`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
+        let y = self.weight.forward(x)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -39,20 +46,21 @@ impl Linear {
     }
 }
 
+/// One decoder layer's weights.
 #[derive(Debug, Clone)]
-struct Layer {
-    input_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+pub(crate) struct Layer {
+    pub(crate) input_norm: Tensor,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
     /// Qwen3's per-head RMSNorm of queries and keys.
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    pub(crate) q_norm: Option<Tensor>,
+    pub(crate) k_norm: Option<Tensor>,
+    pub(crate) post_norm: Tensor,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
 impl Layer {
@@ -83,6 +91,16 @@ impl Layer {
     }
 }
 
+/// A model's weights, however they were read.
+#[derive(Debug, Clone)]
+pub(crate) struct Weights {
+    /// `[vocab, hidden]`, f32.
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Tensor,
+    pub(crate) lm_head: Linear,
+}
+
 /// One layer's cached keys and values, each `[kv_heads, positions, head_dim]`.
 #[derive(Debug, Clone)]
 pub struct LayerCache {
@@ -90,6 +108,62 @@ pub struct LayerCache {
     pub k: Tensor,
     /// Values.
     pub v: Tensor,
+}
+
+/// One layer's KV buffers, `[kv_heads, capacity, head_dim]`, written in place
+/// at the positions after the cache (a pass copies only its own keys and
+/// values; the buffers double when full).
+#[derive(Debug, Clone)]
+struct KvBuffer {
+    k: Tensor,
+    v: Tensor,
+}
+
+impl KvBuffer {
+    fn capacity(&self) -> candle_core::Result<usize> {
+        self.k.dim(1)
+    }
+
+    /// Writes `k`, `v` (`[kv_heads, t, head_dim]`) at position `at` and
+    /// returns the views of positions `..at + t`.
+    fn write(
+        slot: &mut Option<KvBuffer>,
+        at: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> candle_core::Result<LayerCache> {
+        let (heads, t, d) = k.dims3()?;
+        let needed = at + t;
+        let capacity = match slot {
+            Some(b) => b.capacity()?,
+            None => 0,
+        };
+        if needed > capacity {
+            let cap = needed.max(2 * capacity).max(256).next_power_of_two();
+            let grown = KvBuffer {
+                k: Tensor::zeros((heads, cap, d), k.dtype(), k.device())?,
+                v: Tensor::zeros((heads, cap, d), v.dtype(), v.device())?,
+            };
+            if let Some(old) = slot.as_ref() {
+                grown
+                    .k
+                    .slice_set(&old.k.narrow(1, 0, at)?.contiguous()?, 1, 0)?;
+                grown
+                    .v
+                    .slice_set(&old.v.narrow(1, 0, at)?.contiguous()?, 1, 0)?;
+            }
+            *slot = Some(grown);
+        }
+        let Some(buf) = slot.as_ref() else {
+            candle_core::bail!("no KV buffer")
+        };
+        buf.k.slice_set(&k.contiguous()?, 1, at)?;
+        buf.v.slice_set(&v.contiguous()?, 1, at)?;
+        Ok(LayerCache {
+            k: buf.k.narrow(1, 0, needed)?,
+            v: buf.v.narrow(1, 0, needed)?,
+        })
+    }
 }
 
 /// The decoder and its KV cache (one sequence).
@@ -101,12 +175,10 @@ pub struct LayerCache {
 pub struct Model {
     config: ModelConfig,
     device: Device,
-    embed: Tensor,
-    layers: Vec<Layer>,
-    norm: Tensor,
-    lm_head: Tensor,
-    cache: Vec<Option<LayerCache>>,
-    len: usize,
+    weights: Weights,
+    cache: Vec<Option<KvBuffer>>,
+    /// The tokens whose keys and values the cache holds.
+    tokens: Vec<u32>,
 }
 
 impl Model {
@@ -163,16 +235,24 @@ impl Model {
                 "no lm_head.weight and tie_word_embeddings is false".into(),
             ));
         };
-        Ok(Model {
-            config: config.clone(),
-            device,
+        let weights = Weights {
             embed,
             layers,
             norm,
-            lm_head,
+            lm_head: Linear::new(QMatMul::Tensor(lm_head), None),
+        };
+        Ok(Model::from_weights(config, weights))
+    }
+
+    /// The model of `config` with `weights` (whose shapes were checked).
+    pub(crate) fn from_weights(config: &ModelConfig, weights: Weights) -> Model {
+        Model {
+            config: config.clone(),
+            device: Device::Cpu,
+            weights,
             cache: vec![None; config.num_hidden_layers],
-            len: 0,
-        })
+            tokens: Vec::new(),
+        }
     }
 
     /// The model's configuration.
@@ -184,41 +264,76 @@ impl Model {
     /// Positions in the KV cache.
     #[must_use]
     pub fn cache_len(&self) -> usize {
-        self.len
+        self.tokens.len()
     }
 
-    /// The KV cache, one entry per layer (`None` while empty).
+    /// The tokens whose keys and values the cache holds.
     #[must_use]
-    pub fn cache(&self) -> &[Option<LayerCache>] {
-        &self.cache
+    pub fn cached_tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
-    /// Empties the KV cache (a new sequence).
+    /// The KV cache, one entry per layer (`None` while empty): views of the
+    /// cached positions.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Candle`] if a buffer cannot be narrowed (not expected).
+    pub fn cache(&self) -> Result<Vec<Option<LayerCache>>, Error> {
+        let len = self.cache_len();
+        self.cache
+            .iter()
+            .map(|b| match b {
+                Some(b) if len > 0 => Ok(Some(LayerCache {
+                    k: b.k.narrow(1, 0, len)?,
+                    v: b.v.narrow(1, 0, len)?,
+                })),
+                _ => Ok(None),
+            })
+            .collect()
+    }
+
+    /// Empties the KV cache (a new sequence); its buffers are kept for reuse.
     pub fn reset(&mut self) {
-        self.cache.iter_mut().for_each(|c| *c = None);
-        self.len = 0;
+        self.tokens.clear();
     }
 
     /// Keeps the first `len` positions of the KV cache (no-op when it holds
     /// no more).
+    pub fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+    }
+
+    /// Makes the cache hold `prompt` and returns the logits of its last
+    /// position, `[1, vocab]`: the cached positions that are a prefix of
+    /// `prompt` are kept (a conversation's earlier turns), the rest is
+    /// evaluated in passes of at most `chunk` tokens.
     ///
     /// # Errors
     ///
-    /// [`Error::Candle`] if a cached tensor cannot be narrowed (not expected).
-    pub fn truncate(&mut self, len: usize) -> Result<(), Error> {
-        if len >= self.len {
-            return Ok(());
+    /// As [`forward`](Model::forward).
+    pub fn prefill(&mut self, prompt: &[u32], chunk: usize) -> Result<Tensor, Error> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
         }
-        if len == 0 {
-            self.reset();
-            return Ok(());
+        let same = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // At least the last token is evaluated: its row is the result.
+        self.truncate(same.min(prompt.len() - 1));
+        let mut last = None;
+        for part in prompt[self.cache_len()..].chunks(chunk.max(1)) {
+            last = Some(self.hidden(part)?);
         }
-        for c in self.cache.iter_mut().flatten() {
-            c.k = c.k.narrow(1, 0, len)?;
-            c.v = c.v.narrow(1, 0, len)?;
-        }
-        self.len = len;
-        Ok(())
+        let hidden = last.ok_or(Error::EmptyPrompt)?;
+        let rows = hidden.dim(0)?;
+        Ok(self
+            .weights
+            .lm_head
+            .forward(&hidden.narrow(0, rows - 1, 1)?)?)
     }
 
     /// Evaluates `tokens` at positions `cache_len()..cache_len() + tokens.len()`
@@ -232,7 +347,7 @@ impl Model {
     /// token the vocabulary lacks, [`Error::Candle`] if an operation fails.
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor, Error> {
         let x = self.hidden(tokens)?;
-        Ok(x.matmul(&self.lm_head.t()?)?)
+        Ok(self.weights.lm_head.forward(&x)?)
     }
 
     /// As [`forward`](Model::forward), but returns the lm_head's input (the
@@ -250,9 +365,17 @@ impl Model {
             return Err(Error::TokenOutOfRange { token, vocab });
         }
         let t = tokens.len();
-        let offset = self.len;
+        let offset = self.cache_len();
+        if let Some(max) = self.config.max_position_embeddings {
+            if offset + t > max {
+                return Err(Error::ContextFull {
+                    needed: offset + t,
+                    max,
+                });
+            }
+        }
         let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?; // [t, hidden]
+        let mut x = self.weights.embed.index_select(&ids, 0)?; // [t, hidden]
         let (cos, sin) = self.rope_tables(offset, t)?;
         let mask = if t > 1 {
             Some(causal_mask(offset, t, &self.device)?)
@@ -260,7 +383,7 @@ impl Model {
             None
         };
         let eps = self.eps();
-        for (layer, cache) in self.layers.iter().zip(self.cache.iter_mut()) {
+        for (layer, cache) in self.weights.layers.iter().zip(self.cache.iter_mut()) {
             x = layer_forward(
                 layer,
                 &self.config,
@@ -270,10 +393,11 @@ impl Model {
                 &sin,
                 mask.as_ref(),
                 cache,
+                offset,
             )?;
         }
-        self.len += t;
-        Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+        self.tokens.extend_from_slice(tokens);
+        Ok(candle_nn::ops::rms_norm(&x, &self.weights.norm, eps)?)
     }
 
     #[allow(clippy::cast_possible_truncation)] // an f64 epsilon to candle's f32 kernel
@@ -331,7 +455,8 @@ fn layer_forward(
     cos: &Tensor,
     sin: &Tensor,
     mask: Option<&Tensor>,
-    cache: &mut Option<LayerCache>,
+    cache: &mut Option<KvBuffer>,
+    offset: usize,
 ) -> candle_core::Result<Tensor> {
     let (t, _) = x.dims2()?;
     let (nh, nkv, d) = (c.num_attention_heads, c.kv_heads(), c.head_dim());
@@ -347,24 +472,20 @@ fn layer_forward(
     if let Some(w) = &layer.k_norm {
         k = candle_nn::ops::rms_norm(&k.contiguous()?, w, eps)?;
     }
-    // [1, heads, t, d] for candle's RoPE kernel (Llama's half-split rotation).
-    let q = candle_nn::rotary_emb::rope(&q.transpose(0, 1)?.contiguous()?.unsqueeze(0)?, cos, sin)?
-        .squeeze(0)?;
-    let k = candle_nn::rotary_emb::rope(&k.transpose(0, 1)?.contiguous()?.unsqueeze(0)?, cos, sin)?
-        .squeeze(0)?;
+    // [1, heads, t, d] for candle's RoPE kernels.
+    let rope = |x: &Tensor| -> candle_core::Result<Tensor> {
+        let x = x.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
+        let y = if c.rope_interleaved {
+            candle_nn::rotary_emb::rope_i(&x, cos, sin)?
+        } else {
+            candle_nn::rotary_emb::rope(&x, cos, sin)?
+        };
+        y.squeeze(0)
+    };
+    let (q, k) = (rope(&q)?, rope(&k)?);
     let v = v.transpose(0, 1)?.contiguous()?; // [nkv, t, d]
 
-    let (k, v) = match cache.take() {
-        Some(old) => (
-            Tensor::cat(&[&old.k, &k], 1)?,
-            Tensor::cat(&[&old.v, &v], 1)?,
-        ),
-        None => (k, v),
-    };
-    *cache = Some(LayerCache {
-        k: k.clone(),
-        v: v.clone(),
-    });
+    let LayerCache { k, v } = KvBuffer::write(cache, offset, &k, &v)?;
     let keys = k.dim(1)?;
 
     // Grouped-query attention without copying the keys: the `rep` query
@@ -380,7 +501,7 @@ fn layer_forward(
         None => att,
     };
     let att = candle_nn::ops::softmax_last_dim(&att)?;
-    let out = att.matmul(&v.contiguous()?)?; // [nkv, rep * t, d]
+    let out = att.matmul(&v)?; // [nkv, rep * t, d]
     let out = out
         .reshape((nh, t, d))?
         .transpose(0, 1)?

@@ -1,0 +1,178 @@
+//! Text conversations decoded as a chat server does: each user turn is
+//! appended to the history (the earlier turns and the model's own replies,
+//! rendered with the chat template), the model replies until its end-of-turn
+//! token, plainly and then speculatively with each drafting set, turn by
+//! turn in the same sitting.
+//!
+//! The history always continues from the plain reply: where a speculative
+//! reply differs (batched and one-token passes round differently on
+//! quantized weights, so a near tie can flip), every mode still decodes the
+//! same next prompt, and the turns compare like with like.
+
+use selfspec::{Config, Shared, Speculative};
+use selfspec_conversations::{compare, Conversation, Decoded, Divergence};
+
+use crate::decode::{plain_until, speculative_until, Generation, Limits};
+use crate::tokenizer::{Message, TextTokenizer};
+use crate::{Error, Model};
+
+/// One drafting configuration compared with plain decoding.
+#[derive(Debug)]
+pub struct DraftSet {
+    /// Its name in the report (`recall`, `ngram-simple+ngram-map-k`, ...).
+    pub label: String,
+    /// The drafting configuration.
+    pub config: Config,
+    /// The token cost given to each request's [`Speculative`], if any.
+    pub token_cost: Option<f64>,
+    /// The engine-wide memory, one for the whole run.
+    shared: Shared,
+}
+
+impl DraftSet {
+    /// A set with its own [`Shared`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Selfspec`] for a configuration or token cost selfspec
+    /// rejects.
+    pub fn new(label: String, config: Config, token_cost: Option<f64>) -> Result<DraftSet, Error> {
+        let shared = Shared::new(&config)?;
+        // Checked once here, not per turn.
+        let mut probe = Speculative::with_shared(&config, &shared)?;
+        if let Some(cost) = token_cost {
+            probe.set_token_cost(cost)?;
+        }
+        Ok(DraftSet {
+            label,
+            config,
+            token_cost,
+            shared,
+        })
+    }
+}
+
+/// One reply decoded plainly and with each set.
+#[derive(Debug)]
+pub struct Turn {
+    /// The plain reply (its last token is the end-of-turn token when the
+    /// model ended the turn).
+    pub plain: Generation,
+    /// One generation per [`DraftSet`], in order.
+    pub spec: Vec<Generation>,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+}
+
+/// What became of a turn.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Decoded.
+    Decoded(Turn),
+    /// The prompt plus the reply would not fit the model's context: skipped
+    /// (and so are the session's later turns, whose prompts hold it).
+    Skipped {
+        /// Prompt tokens.
+        prompt_tokens: usize,
+    },
+}
+
+/// Decodes conversations with one model, one tokenizer and some draft sets.
+#[derive(Debug)]
+pub struct Chat<'a> {
+    /// The model.
+    pub model: &'a mut Model,
+    /// Its tokenizer and chat template.
+    pub tokenizer: &'a TextTokenizer,
+    /// The drafting configurations compared with plain decoding.
+    pub sets: Vec<DraftSet>,
+    /// Tokens a reply may have at most.
+    pub max_tokens: usize,
+}
+
+impl Chat<'_> {
+    /// Decodes `conversation` turn by turn; `each` gets the turn's index and
+    /// outcome as soon as it is decoded.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tokenizer`] or a model error; a turn that does not fit the
+    /// context is not an error (it is [`Outcome::Skipped`]).
+    pub fn run(
+        &mut self,
+        conversation: &Conversation,
+        mut each: impl FnMut(usize, &Outcome),
+    ) -> Result<(), Error> {
+        let context = self.model.config().max_position_embeddings;
+        let limits = Limits {
+            max_tokens: self.max_tokens,
+            stop: Some(self.tokenizer.end_of_turn()),
+        };
+        let mut history: Vec<Message> = Vec::new();
+        let mut skipping = false;
+        for (i, user) in conversation.turns.iter().enumerate() {
+            history.push(Message::user(user));
+            let prompt = self.tokenizer.encode(&self.tokenizer.render(&history))?;
+            skipping |= context.is_some_and(|c| prompt.len() + self.max_tokens > c);
+            if skipping {
+                each(
+                    i,
+                    &Outcome::Skipped {
+                        prompt_tokens: prompt.len(),
+                    },
+                );
+                continue;
+            }
+            let turn = self.turn(&prompt, limits)?;
+            let reply = turn
+                .plain
+                .tokens
+                .strip_suffix(&[self.tokenizer.end_of_turn()])
+                .unwrap_or(&turn.plain.tokens);
+            history.push(Message::assistant(&self.tokenizer.decode(reply)?));
+            each(i, &Outcome::Decoded(turn));
+        }
+        Ok(())
+    }
+
+    /// One prompt decoded plainly, then with each set (a new
+    /// [`Speculative`] per request on the set's [`Shared`]).
+    fn turn(&mut self, prompt: &[u32], limits: Limits) -> Result<Turn, Error> {
+        let plain = plain_until(self.model, prompt, limits)?;
+        let mut spec = Vec::with_capacity(self.sets.len());
+        for set in &self.sets {
+            let mut s = Speculative::with_shared(&set.config, &set.shared)?;
+            if let Some(cost) = set.token_cost {
+                s.set_token_cost(cost)?;
+            }
+            spec.push(speculative_until(self.model, &mut s, prompt, limits)?);
+        }
+        // The cache now holds the prompt and the last reply: the next turn's
+        // prefill evaluates only what its prompt does not share with them.
+        Ok(Turn {
+            plain,
+            spec,
+            prompt_tokens: prompt.len(),
+        })
+    }
+}
+
+/// A generation as the report counts it: decode passes and time after the
+/// prefill.
+#[must_use]
+pub fn decoded(g: &Generation) -> Decoded {
+    Decoded {
+        generated: g.tokens.len(),
+        decode_time: g.decode_time,
+        forward_passes: g.forward_passes.saturating_sub(1),
+        drafted: g.drafted,
+        accepted: g.accepted,
+    }
+}
+
+/// Where a speculative reply first differs from the plain one, judged by the
+/// plain pass's top-1 / top-2 gap against `near_tie`.
+#[must_use]
+pub fn divergence(plain: &Generation, spec: &Generation, near_tie: f32) -> Divergence {
+    compare(&plain.tokens, &plain.gaps, &spec.tokens, near_tie)
+}
