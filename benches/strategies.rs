@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
+use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
 use selfspec::{
-    verify, Config, DraftLimits, Drafter, IntoToken, NgramPool, Shared, Speculative, Strategy,
-    Token,
+    verify, Config, DraftLimits, Drafter, IntoToken, Shared, Speculative, Strategy, Token,
 };
 use selfspec_eval::{replay, replay_engine, Engine, Session};
 
@@ -255,7 +254,7 @@ type Make = Box<dyn Fn() -> Box<dyn Drafter>>;
 
 fn strategies() -> Vec<(&'static str, Make, DraftLimits, Restart)> {
     let dflt = DraftLimits { min: 0, max: 16 };
-    let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+    let pool = Arc::new(NgramPool::new(selfspec::limits::DEFAULT_POOL_SIZE).unwrap());
     vec![
         (
             "ngram-simple-12-48",
@@ -376,7 +375,7 @@ fn bench_begin(c: &mut Criterion) {
                 BatchSize::LargeInput,
             )
         });
-        let pool = Arc::new(NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap());
+        let pool = Arc::new(NgramPool::new(selfspec::limits::DEFAULT_POOL_SIZE).unwrap());
         group.bench_function(format!("ngram-mod-24/{}k", len >> 10), |b| {
             b.iter_batched_ref(
                 || {
@@ -390,7 +389,7 @@ fn bench_begin(c: &mut Criterion) {
     }
     group.finish();
 
-    let pool = NgramPool::new(selfspec::config::DEFAULT_POOL_SIZE).unwrap();
+    let pool = NgramPool::new(selfspec::limits::DEFAULT_POOL_SIZE).unwrap();
     c.bench_function("pool-reset/4Mi", |b| b.iter(|| pool.reset()));
 
     // accept after a draft: ngram-map updates the drafting value, ngram-mod its streak.

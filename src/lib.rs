@@ -97,12 +97,12 @@
 
 #![forbid(unsafe_code)]
 
-pub mod config;
+mod config;
 mod drafter;
 mod error;
 mod index;
 mod int;
-mod limits;
+pub mod limits;
 mod shared;
 mod speculative;
 mod stats;
@@ -117,7 +117,6 @@ pub use error::{CacheFileProblem, Error, MemoryFileProblem};
 pub use shared::{Budget, Cursor, Shared, SharedBuilder, SharedStats};
 pub use speculative::Speculative;
 pub use stats::DrafterStats;
-pub use strategies::NgramPool;
 pub use token::{IntoToken, Token};
 
 /// The README's Rust blocks, compiled and run as doc tests (`cargo test --doc`).

@@ -1,5 +1,6 @@
-//! The crate's limits: the largest and smallest sizes it accepts, the
-//! defaults they bound, and the one range check behind every validation.
+//! Every limit and default of the crate: the largest and smallest sizes it
+//! accepts, the defaults they bound, and the fixed sizes of llama.cpp's
+//! strategies. (The one range check behind every validation lives here too.)
 
 use crate::Error;
 
@@ -32,7 +33,7 @@ pub const MAX_DRAFT: usize = 4096;
 pub const MAX_POOL_SIZE: usize = 1 << 31;
 
 /// Checks a pool size against `1..=MAX_POOL_SIZE` (the one check of it, used
-/// by [`Config::validate`](crate::Config::validate) and [`NgramPool::new`](crate::NgramPool::new));
+/// by [`Config::validate`](crate::Config::validate) and [`NgramPool::new`](crate::strategies::NgramPool::new));
 /// `context` names where the size came from.
 pub(crate) fn check_pool_size(context: &'static str, size: usize) -> Result<(), Error> {
     check_range(context, "pool_size", size, 1, MAX_POOL_SIZE)
@@ -43,6 +44,29 @@ pub const MAX_MIN_HITS: usize = 16380;
 
 /// llama.cpp's ngram-mod pool size: 4 Mi cells (32 MiB here: 8 bytes a cell).
 pub const DEFAULT_POOL_SIZE: usize = 4 * 1024 * 1024;
+
+/// Slots of ngram-map's position index (llama.cpp's
+/// `COMMON_NGRAM_HASH_MAP_SIZE`): 1 MiB of `u32` per drafter.
+pub const KEY_MAP_SIZE: usize = 1 << 18;
+
+/// Smallest and largest n-gram sizes of ngram-cache's context and dynamic
+/// caches (llama.cpp's `LLAMA_NGRAM_MIN` / `LLAMA_NGRAM_MAX`).
+pub const NGRAM_SIZES: std::ops::RangeInclusive<usize> = 1..=4;
+/// The n-gram size of ngram-cache's static caches (`LLAMA_NGRAM_STATIC`).
+pub const NGRAM_STATIC: usize = 2;
+/// Tokens per ngram-cache draft, hard-coded in llama.cpp (`draft_max` is not
+/// read).
+pub const N_DRAFT: usize = 8;
+
+/// Tokens learned that `ngram-cache-live`'s context cache holds at most by
+/// default (see [`NgramCache::with_budget`](crate::strategies::NgramCache::with_budget)).
+/// Measured with `heap_bytes` (`eval/tests/memory.rs`): about 23 bytes per
+/// token learned of text-like history (which repeats its n-grams), so about
+/// 25 MiB at the budget, and about 200 bytes per token of unrelated random
+/// sessions (every n-gram new), at most about 210 MiB. The reference
+/// `ngram-cache`'s context cache has no budget: it grows with every token, as
+/// llama.cpp's.
+pub const LIVE_BUDGET: usize = 1 << 20;
 
 /// Smallest [`Budget`](crate::Budget) part: 64 KiB (below it recall holds
 /// its minimum of 1024 tokens anyway).

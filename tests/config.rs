@@ -1,6 +1,6 @@
 //! Configuration: parsing, printing, validation errors (one table of bad cases).
 
-use selfspec::config::{DEFAULT_POOL_SIZE, MAX_DRAFT, MAX_NGRAM, MAX_POOL_SIZE};
+use selfspec::limits::{DEFAULT_POOL_SIZE, MAX_DRAFT, MAX_NGRAM, MAX_POOL_SIZE};
 use selfspec::{Config, Error, Speculative, Strategy};
 
 #[test]

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use selfspec::config::DEFAULT_POOL_SIZE;
-use selfspec::strategies::DEFAULT_THRESHOLD_PERMILLE as RECALL_DEFAULT_PERMILLE;
+use selfspec::limits::DEFAULT_POOL_SIZE;
+use selfspec::limits::DEFAULT_THRESHOLD_PERMILLE;
 use selfspec::{Config, DrafterStats, Strategy};
 
 fn config(json: &str) -> Result<Config, String> {
@@ -20,7 +20,7 @@ fn strategies_parse_from_strings_and_tagged_objects() {
         (
             r#""recall""#,
             Strategy::Recall {
-                threshold_permille: RECALL_DEFAULT_PERMILLE,
+                threshold_permille: DEFAULT_THRESHOLD_PERMILLE,
             },
         ),
         (

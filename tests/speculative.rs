@@ -3,9 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use selfspec::{
-    Config, DraftLimits, Drafter, DrafterStats, NgramPool, Shared, Speculative, Strategy, Token,
-};
+use selfspec::{Config, DraftLimits, Drafter, DrafterStats, Shared, Speculative, Strategy, Token};
 
 /// A drafter that returns a fixed draft and logs what it is told.
 #[derive(Debug)]
@@ -252,7 +250,7 @@ fn send_and_sync() {
     fn send<T: Send>() {}
     fn sync<T: Send + Sync>() {}
     send::<Speculative>();
-    sync::<NgramPool>();
+    sync::<selfspec::strategies::NgramPool>();
     sync::<Config>();
     sync::<selfspec::Error>();
 }

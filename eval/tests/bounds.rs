@@ -10,11 +10,9 @@ use std::sync::Arc;
 use common::Rng;
 use workload::drive;
 
-use selfspec::strategies::ngram_map::KEY_MAP_SIZE;
-use selfspec::strategies::{NgramMap, NgramMod, NgramSimple};
-use selfspec::{
-    Config, DraftLimits, Drafter, DrafterStats, Error, NgramPool, Speculative, Strategy,
-};
+use selfspec::limits::KEY_MAP_SIZE;
+use selfspec::strategies::{NgramMap, NgramMod, NgramPool, NgramSimple};
+use selfspec::{Config, DraftLimits, Drafter, DrafterStats, Error, Speculative, Strategy};
 use selfspec_eval::{replay, ReplayReport, Request, Session, Step};
 
 fn all_four() -> Config {

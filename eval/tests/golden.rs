@@ -253,7 +253,7 @@ fn check_line(line: Line, dir: &Path) -> Result<(), String> {
             let got = (
                 cache.context().len(),
                 cache.cache_size(),
-                cache.tokens_from(),
+                <[u64; 3]>::from(cache.sources()),
             );
             let want = (info.context_ngrams, info.cache_size, info.tokens_from);
             if got != want {

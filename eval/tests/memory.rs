@@ -5,8 +5,8 @@
 mod common;
 mod workload;
 
-use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
-use selfspec::{Drafter, NgramPool};
+use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
+use selfspec::Drafter;
 use selfspec_eval::{Request, Session};
 
 /// A text-like stream with repeats, so maps create key records.
@@ -53,7 +53,7 @@ fn per_sequence_memory_stays_within_budget() {
         let k4v = held(&mut NgramMap::four_values(8, 8, 1), h);
         let pool = std::sync::Arc::new(NgramPool::new(1 << 16).unwrap());
         let ngram_mod = held(&mut NgramMod::new(24, pool), h);
-        let table = selfspec::strategies::ngram_map::KEY_MAP_SIZE * 4;
+        let table = selfspec::limits::KEY_MAP_SIZE * 4;
         println!(
             "history {:>6}: ngram-simple {:>8} B ({:.1} KiB/1k tokens), ngram-map-k {:>8} B (1 MiB + {:.1} KiB/1k), \
              ngram-map-k4v {:>8} B (1 MiB + {:.1} KiB/1k), ngram-mod {} B",
@@ -110,7 +110,7 @@ fn per_sequence_memory_stays_within_budget() {
 /// tokens learned in two generations).
 #[test]
 fn ngram_cache_live_forgets_within_its_budget() {
-    use selfspec::strategies::ngram_cache::LIVE_BUDGET;
+    use selfspec::limits::LIVE_BUDGET;
     use selfspec::{Config, Speculative, Strategy};
     let config = Config::new([Strategy::NgramCacheLive {
         static_cache: None,

@@ -7,16 +7,7 @@ use std::str::FromStr;
 use crate::{DraftLimits, Error};
 
 pub(crate) use crate::limits::{check_pool_size, check_range};
-pub use crate::limits::{DEFAULT_ENGINE_BUDGET, DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
-pub use crate::limits::{
-    DEFAULT_POOL_SIZE, MAX_BUDGET, MAX_DRAFT, MAX_MIN_HITS, MAX_NGRAM, MAX_POOL_SIZE, MIN_BUDGET,
-};
-
-/// recall's default threshold, in thousandths (0.13): the one default used by
-/// `"recall"` ([`Strategy::from_name`], `FromStr`), by serde when
-/// `threshold_permille` is left out, and by [`Config::recommended`].
-#[deprecated(since = "0.2.0", note = "use `strategies::DEFAULT_THRESHOLD_PERMILLE`")]
-pub const RECALL_DEFAULT_PERMILLE: usize = crate::limits::DEFAULT_THRESHOLD_PERMILLE;
+use crate::limits::{DEFAULT_POOL_SIZE, MAX_MIN_HITS, MAX_NGRAM};
 
 /// One drafting strategy and its parameters.
 ///
@@ -99,7 +90,7 @@ pub enum Strategy {
     Recall {
         /// Stop where the estimated probability that the whole draft is
         /// accepted falls below this, in thousandths (1..=999; 130 = 0.13,
-        /// [`DEFAULT_THRESHOLD_PERMILLE`](crate::strategies::DEFAULT_THRESHOLD_PERMILLE), the default).
+        /// [`DEFAULT_THRESHOLD_PERMILLE`](crate::limits::DEFAULT_THRESHOLD_PERMILLE), the default).
         /// Lower drafts longer and more aggressively.
         threshold_permille: usize,
     },
@@ -288,7 +279,7 @@ impl Strategy {
     }
 
     /// llama.cpp's defaults for the strategy called `name` (n = 12, m = 48,
-    /// min_hits = 1; recall: [`DEFAULT_THRESHOLD_PERMILLE`](crate::strategies::DEFAULT_THRESHOLD_PERMILLE) = 130), or `None`
+    /// min_hits = 1; recall: [`DEFAULT_THRESHOLD_PERMILLE`](crate::limits::DEFAULT_THRESHOLD_PERMILLE) = 130), or `None`
     /// for an unknown name.
     #[must_use]
     pub fn from_name(name: &str) -> Option<Strategy> {

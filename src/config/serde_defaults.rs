@@ -9,5 +9,5 @@ pub fn draft_min() -> usize {
     crate::DraftLimits::default().min
 }
 pub fn pool_size() -> usize {
-    super::DEFAULT_POOL_SIZE
+    crate::limits::DEFAULT_POOL_SIZE
 }

@@ -79,13 +79,13 @@ pub struct Shared {
 pub struct Budget {
     /// recall's memory of earlier requests, in each scope (for an engine
     /// without scopes, the whole memory): default 256 MiB
-    /// ([`DEFAULT_MEMORY_BUDGET`](crate::config::DEFAULT_MEMORY_BUDGET)), 2 Mi tokens.
+    /// ([`DEFAULT_MEMORY_BUDGET`](crate::limits::DEFAULT_MEMORY_BUDGET)), 2 Mi tokens.
     pub memory: usize,
     /// recall's per-sequence index of the current session: default 64 MiB
-    /// ([`DEFAULT_SEQUENCE_BUDGET`](crate::config::DEFAULT_SEQUENCE_BUDGET)), 512 Ki tokens.
+    /// ([`DEFAULT_SEQUENCE_BUDGET`](crate::limits::DEFAULT_SEQUENCE_BUDGET)), 512 Ki tokens.
     pub sequence: usize,
     /// All [scopes](Shared::scope) together (each holds at most `memory`):
-    /// default 1 GiB ([`DEFAULT_ENGINE_BUDGET`](crate::config::DEFAULT_ENGINE_BUDGET)).
+    /// default 1 GiB ([`DEFAULT_ENGINE_BUDGET`](crate::limits::DEFAULT_ENGINE_BUDGET)).
     /// Above it, whole scopes are forgotten, least recently used first
     /// (never the default scope): checked whenever a scope is asked for
     /// ([`Shared::scope`]) or a drafter is built on one.

@@ -8,10 +8,9 @@ use crate::drafter::{DraftLimits, Drafter};
 use crate::index::poly::Poly;
 use crate::index::position_index::PositionIndex;
 use crate::index::{key_at, low32, Idx};
+use crate::limits::KEY_MAP_SIZE;
 use crate::token::Token;
 
-/// Slots of the position index (llama.cpp's `COMMON_NGRAM_HASH_MAP_SIZE`).
-pub const KEY_MAP_SIZE: usize = 1 << 18;
 /// Distinct continuations kept per key (`COMMON_NGRAM_MAX_VALUES`).
 const MAX_VALUES: usize = 4;
 /// Key and value counters saturate here (`COMMON_NGRAM_MAX_VALUE_COUNT`).

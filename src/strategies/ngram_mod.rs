@@ -15,7 +15,7 @@ use crate::Error;
 ///
 /// A token id equal to `EMPTY` (`u32::MAX`, i.e. `-1` as `i32`) can never be
 /// stored: adding an n-gram whose next token is `EMPTY` is skipped.
-pub const EMPTY: Token = crate::index::NONE;
+pub(crate) const EMPTY: Token = crate::index::NONE;
 
 /// Occupancy above which `begin` clears the pool (llama.cpp's 0.25).
 const OCCUPANCY_LIMIT: f64 = 0.25;
@@ -35,16 +35,25 @@ const LCG_FACTOR: u64 = 6_364_136_223_846_793_005;
 /// atomics and no lock is taken: a race between two sequences can only lose or
 /// swap an entry, which costs draft quality, never correctness of the engine's
 /// output (every draft is verified). Used from one thread, it behaves exactly
-/// like llama.cpp's pool.
+/// like llama.cpp's pool. A token id `u32::MAX` (llama.cpp's empty-cell
+/// marker, `-1` as `i32`) is never stored.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use selfspec::NgramPool;
+/// use selfspec::strategies::{NgramMod, NgramPool};
+/// use selfspec::{DraftLimits, Drafter};
 ///
 /// let pool = Arc::new(NgramPool::new(1 << 16)?);
-/// pool.add(&[1, 2, 3], 4);
-/// assert_eq!(pool.get(&[1, 2, 3]), Some(4));
-/// assert_eq!(pool.used(), 1);
+/// let mut a = NgramMod::new(3, Arc::clone(&pool));
+/// let mut b = NgramMod::new(3, Arc::clone(&pool));
+/// let text: Vec<u32> = (0..200).map(|i| i % 40).collect();
+/// a.begin(&text); // learns the n-grams of its history into the pool
+/// assert!(pool.used() > 0);
+/// // `b` has seen none of it, yet drafts from what `a` learned.
+/// b.begin(&text[..10]);
+/// let mut draft = Vec::new();
+/// b.draft(&text[..10], text[10], DraftLimits::default(), &mut draft);
+/// assert_eq!(draft.first(), Some(&text[11]));
 /// # Ok::<(), selfspec::Error>(())
 /// ```
 pub struct NgramPool {
@@ -76,7 +85,7 @@ impl std::fmt::Debug for NgramPool {
 impl NgramPool {
     /// A pool of `size` empty cells (8 bytes each).
     ///
-    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::config::MAX_POOL_SIZE),
+    /// Errors when `size` is 0 or above [`MAX_POOL_SIZE`](crate::limits::MAX_POOL_SIZE),
     /// and with [`Error::OutOfMemory`] when the cells cannot be allocated.
     ///
     /// # Errors
@@ -162,7 +171,8 @@ impl NgramPool {
     }
 
     /// Records that `key` was followed by `next`. Returns whether the cell was empty.
-    pub fn add(&self, key: &[Token], next: Token) -> bool {
+    #[cfg(test)]
+    fn add(&self, key: &[Token], next: Token) -> bool {
         if next == EMPTY {
             return false;
         }
@@ -175,7 +185,8 @@ impl NgramPool {
     }
 
     /// The token last recorded after `key` (or after an n-gram that shares its cell).
-    pub fn get(&self, key: &[Token]) -> Option<Token> {
+    #[cfg(test)]
+    fn get(&self, key: &[Token]) -> Option<Token> {
         let h = Poly::new(LCG_FACTOR, key.len()).hash(key.iter().copied());
         let t = self.load(self.cell_of(h), self.generation.load(Relaxed));
         (t != EMPTY).then_some(t)
@@ -230,7 +241,8 @@ impl NgramPool {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use selfspec::{DraftLimits, Drafter, NgramPool, strategies::NgramMod};
+/// use selfspec::strategies::{NgramMod, NgramPool};
+/// use selfspec::{DraftLimits, Drafter};
 ///
 /// let pool = Arc::new(NgramPool::new(1 << 16)?);
 /// let mut ngram_mod = NgramMod::new(2, pool);

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use selfspec::strategies::ngram_cache::NGRAM_STATIC;
+use selfspec::limits::NGRAM_STATIC;
 use selfspec::strategies::LookupCache;
 use selfspec::{Config, Speculative, Strategy, Token};
 use selfspec_eval::cli::{self, Out, Result};

@@ -145,11 +145,11 @@ fn run(out: &mut Out) -> Result {
                 draft_max = v
                     .parse()
                     .ok()
-                    .filter(|d| (1..=selfspec::config::MAX_DRAFT).contains(d))
+                    .filter(|d| (1..=selfspec::limits::MAX_DRAFT).contains(d))
                     .ok_or_else(|| {
                         format!(
                             "--draft-max `{v}`: expected 1..={}",
-                            selfspec::config::MAX_DRAFT
+                            selfspec::limits::MAX_DRAFT
                         )
                     })?;
             }

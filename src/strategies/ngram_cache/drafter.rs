@@ -7,6 +7,7 @@ use super::table::{LookupCache, Recent, INDEXED_PART};
 use super::{key_of, Key, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT, UNUSED};
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::mirror::Mirror;
+use crate::limits::LIVE_BUDGET;
 use crate::token::Token;
 use crate::Error;
 
@@ -146,16 +147,7 @@ impl Generations {
     }
 }
 
-/// Tokens learned that `ngram-cache-live`'s context cache holds at most by
-/// default (see [`NgramCache::with_budget`]). Measured with `heap_bytes`
-/// (`tests/memory.rs`): about 23 bytes per token learned of text-like history
-/// (which repeats its n-grams), so about 25 MiB at the budget, and about 200
-/// bytes per token of unrelated random sessions (every n-gram new), at most
-/// about 210 MiB. The reference `ngram-cache`'s context cache has no budget:
-/// it grows with every token, as llama.cpp's.
-pub const LIVE_BUDGET: usize = 1 << 20;
-
-/// Drafted tokens per cache they came from ([`NgramCache::tokens_from`]).
+/// Drafted tokens per cache they came from ([`NgramCache::sources`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TokensFrom {
     /// From the context cache (learned from the history).
@@ -234,7 +226,7 @@ impl NgramCache {
     /// Fixes both quirks (the `ngram-cache-live` strategy): the context cache
     /// learns every n-gram of the history, across the boundaries of what each
     /// call adds, and learns new prompts from where they depart. Earlier
-    /// histories stay in the cache, up to [`LIVE_BUDGET`] tokens learned
+    /// histories stay in the cache, up to [`LIVE_BUDGET`](crate::limits::LIVE_BUDGET) tokens learned
     /// (see [`with_budget`](NgramCache::with_budget)).
     #[must_use]
     pub fn live(self) -> NgramCache {
@@ -278,14 +270,6 @@ impl NgramCache {
     #[must_use]
     pub fn sources(&self) -> TokensFrom {
         self.tokens_from
-    }
-
-    /// The same as llama.cpp's `n_tokens_from` array: context, dynamic,
-    /// static (the golden traces' shape; [`sources`](NgramCache::sources)
-    /// names them).
-    #[must_use]
-    pub fn tokens_from(&self) -> [u64; 3] {
-        self.tokens_from.into()
     }
 
     fn learn(&mut self, history: &[Token], last: Token) {

@@ -11,15 +11,8 @@
 use std::hash::BuildHasherDefault;
 
 use crate::index::NONE;
+use crate::limits::{NGRAM_SIZES, NGRAM_STATIC, N_DRAFT};
 use crate::token::Token;
-
-/// Smallest and largest n-gram sizes of the context and dynamic caches
-/// (llama.cpp's `LLAMA_NGRAM_MIN` / `LLAMA_NGRAM_MAX`).
-pub const NGRAM_SIZES: std::ops::RangeInclusive<usize> = 1..=4;
-/// The n-gram size of static caches (`LLAMA_NGRAM_STATIC`).
-pub const NGRAM_STATIC: usize = 2;
-/// Tokens per draft, hard-coded in llama.cpp (`draft_max` is not read).
-pub const N_DRAFT: usize = 8;
 
 /// An n-gram as llama.cpp stores it: four ids, unused slots `-1` (`u32::MAX`).
 type Key = [Token; 4];
@@ -61,5 +54,5 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use drafter::{NgramCache, TokensFrom, LIVE_BUDGET};
+pub use drafter::{NgramCache, TokensFrom};
 pub use table::LookupCache;

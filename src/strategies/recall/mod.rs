@@ -88,8 +88,7 @@ const INFLIGHT_MAX: u64 = 256;
 /// engine-wide weights (and back).
 const SYNC_EVERY: u32 = 4;
 
-pub use crate::limits::DEFAULT_THRESHOLD_PERMILLE;
-use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
+use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET, DEFAULT_THRESHOLD_PERMILLE};
 
 /// The selector's weights as every sequence learned them (behind a mutex in
 /// the memory; each drafter keeps a copy and its own steps since, merged
@@ -215,7 +214,7 @@ pub struct Recall {
 }
 
 impl Recall {
-    /// A drafter with a private memory of [`DEFAULT_MEMORY_BUDGET`](crate::config::DEFAULT_MEMORY_BUDGET) that
+    /// A drafter with a private memory of [`DEFAULT_MEMORY_BUDGET`](crate::limits::DEFAULT_MEMORY_BUDGET) that
     /// stops where the estimated probability that the whole draft is
     /// accepted falls below `threshold` (clamped to 0.001..=0.999; NaN gives
     /// 0.13). Does not validate: [`Strategy::validate`](crate::Strategy::validate)
