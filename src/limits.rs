@@ -20,6 +20,13 @@ pub const DEFAULT_SEQUENCE_BUDGET: usize = 64 << 20;
 /// [`Config::recommended`](crate::Config::recommended).
 pub const DEFAULT_THRESHOLD_PERMILLE: usize = 130;
 
+/// llama.cpp's default key size `n` (ngram-simple, both maps, ngram-mod).
+pub(crate) const DEFAULT_N: usize = 12;
+/// llama.cpp's default value size `m` (ngram-simple, both maps).
+pub(crate) const DEFAULT_M: usize = 48;
+/// llama.cpp's default `min_hits` (ngram-map-k4v).
+pub(crate) const DEFAULT_MIN_HITS: usize = 1;
+
 /// Largest key or value size (`n`, `m`) a strategy accepts.
 ///
 /// llama.cpp stores them as `u16`; beyond a few dozen tokens no match is ever

@@ -7,7 +7,9 @@ use std::str::FromStr;
 use crate::{DraftLimits, Error};
 
 pub(crate) use crate::limits::{check_pool_size, check_range};
-use crate::limits::{DEFAULT_POOL_SIZE, MAX_MIN_HITS, MAX_NGRAM};
+use crate::limits::{
+    DEFAULT_M, DEFAULT_MIN_HITS, DEFAULT_N, DEFAULT_POOL_SIZE, MAX_MIN_HITS, MAX_NGRAM,
+};
 
 /// One drafting strategy and its parameters.
 ///
@@ -95,13 +97,6 @@ pub enum Strategy {
         threshold_permille: usize,
     },
 }
-
-/// llama.cpp's default key size `n` (ngram-simple, both maps, ngram-mod).
-const DEFAULT_N: usize = 12;
-/// llama.cpp's default value size `m` (ngram-simple, both maps).
-const DEFAULT_M: usize = 48;
-/// llama.cpp's default `min_hits` (ngram-map-k4v).
-const DEFAULT_MIN_HITS: usize = 1;
 
 /// One strategy's names and defaults: a row of [`STRATEGIES`].
 struct Row {

@@ -17,8 +17,12 @@ pub(crate) const NONE: u32 = u32::MAX;
 
 /// The multiplier of the position index's and recall's n-gram hashes (the
 /// 64-bit golden ratio): any odd constant works; this one spreads small token
-/// ids well. ngram-map's key-record hasher mixes with it too.
+/// ids well.
 pub(crate) const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The hasher of every keyed map: ahash with its fixed keys (the same on
+/// every run and machine).
+pub(crate) type FastHash = std::hash::BuildHasherDefault<ahash::AHasher>;
 
 /// A vector whose clones keep its spare capacity. Drafters that index every
 /// token reserve room ahead (for the generation after a long prompt); a clone
@@ -70,23 +74,35 @@ pub(crate) fn key_at(tokens: &[Token], p: usize, head: &[Token], last: Token) ->
 /// rejection, and the token-at-a-time filter was a third of its draft call
 /// at a 128k history (callgrind).
 #[inline]
-pub(crate) fn each_position_of(tokens: &[Token], token: Token, mut found: impl FnMut(usize)) {
+pub(crate) fn each_position_of(tokens: &[Token], token: Token, found: impl FnMut(usize)) {
+    each_position_in(tokens, |&t| t, token, found);
+}
+
+/// [`each_position_of`] over cells read by `read` (recall's memory reads its
+/// atomic cells with a relaxed load; a plain slice vectorizes).
+#[inline]
+pub(crate) fn each_position_in<T>(
+    cells: &[T],
+    read: impl Fn(&T) -> Token,
+    token: Token,
+    mut found: impl FnMut(usize),
+) {
     const LANES: usize = 16;
-    let mut chunks = tokens.chunks_exact(LANES);
+    let mut chunks = cells.chunks_exact(LANES);
     let mut base = 0;
     for chunk in &mut chunks {
         let mut mask = 0u32;
-        for (i, &t) in chunk.iter().enumerate() {
-            mask |= u32::from(t == token) << i;
+        for (i, t) in chunk.iter().enumerate() {
+            mask |= u32::from(read(t) == token) << i;
         }
         while mask != 0 {
-            found(base + mask.trailing_zeros() as usize);
+            found(base + crate::int::ix(u64::from(mask.trailing_zeros())));
             mask &= mask - 1;
         }
         base += LANES;
     }
-    for (i, &t) in chunks.remainder().iter().enumerate() {
-        if t == token {
+    for (i, t) in chunks.remainder().iter().enumerate() {
+        if read(t) == token {
             found(base + i);
         }
     }

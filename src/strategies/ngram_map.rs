@@ -2,12 +2,11 @@
 //! found through a 2^18-slot LCG hash index of history positions.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::poly::Poly;
 use crate::index::position_index::PositionIndex;
-use crate::index::{key_at, low32, Idx};
+use crate::index::{key_at, low32, FastHash, Idx};
 use crate::limits::KEY_MAP_SIZE;
 use crate::token::Token;
 
@@ -25,25 +24,8 @@ fn slot(h: u64) -> usize {
     low32(h) as usize % KEY_MAP_SIZE
 }
 
-/// Keys are already hashes: pass them through (with one mixing step).
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(crate::index::FACTOR).rotate_left(26)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | b as u64;
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = x;
-    }
-}
-
-type HashIndex = HashMap<u64, u32, BuildHasherDefault<PassThrough>>;
+/// Key hashes to key records.
+type HashIndex = HashMap<u64, u32, FastHash>;
 
 #[derive(Clone, Copy, Debug)]
 struct Value {

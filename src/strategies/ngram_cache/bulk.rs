@@ -2,8 +2,10 @@
 
 use std::collections::HashMap;
 
-use super::table::{LookupCache, INDEXED_PART};
-use super::{hash_of, key_of, Fast, NGRAM_SIZES};
+use super::followers::INDEXED_PART;
+use super::table::LookupCache;
+use super::{hash_of, key_of, NGRAM_SIZES};
+use crate::index::FastHash;
 use crate::index::Idx;
 use crate::token::Token;
 
@@ -47,7 +49,7 @@ fn radix_sort_top_bits(items: &mut Vec<(u64, u32)>) {
 fn count_follower(
     followers: &mut Vec<(Token, i32)>,
     start: usize,
-    slot_of: &mut HashMap<Token, Idx, Fast>,
+    slot_of: &mut HashMap<Token, Idx, FastHash>,
     token: Token,
 ) {
     let n = followers.len() - start;
@@ -132,7 +134,7 @@ impl LookupCache {
         // order within each key; keys by first occurrence.
         let mut groups: Vec<(u32, usize, usize)> = Vec::new(); // (first position, followers start, end)
         let mut followers: Vec<(Token, i32)> = Vec::new();
-        let mut slot_of: HashMap<Token, Idx, Fast> = HashMap::default();
+        let mut slot_of: HashMap<Token, Idx, FastHash> = HashMap::default();
         let mut run = 0;
         while run < items.len() {
             let top = items[run].0 >> RADIX_SHIFT;

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use super::followers::PartRef;
-use super::table::{LookupCache, Recent, INDEXED_PART};
+use super::followers::{PartRef, INDEXED_PART};
+use super::table::{LookupCache, Recent};
 use super::{key_of, Key, NGRAM_SIZES, NGRAM_STATIC, N_DRAFT, UNUSED};
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::mirror::Mirror;

@@ -8,8 +8,6 @@
 //! learning (llama.cpp's update and the bulk path for long runs), `file`
 //! llama.cpp's file format, `drafter` the [`NgramCache`] drafter.
 
-use std::hash::BuildHasherDefault;
-
 use crate::index::NONE;
 use crate::limits::{NGRAM_SIZES, NGRAM_STATIC, N_DRAFT};
 use crate::token::Token;
@@ -30,8 +28,6 @@ fn key_of(tokens: &[Token]) -> Key {
     }
 }
 
-type Fast = BuildHasherDefault<ahash::AHasher>;
-
 /// The hash of a key: a folded multiply of its two halves.
 fn hash_of(key: &Key) -> u64 {
     let lo = u64::from(key[0]) | u64::from(key[1]) << 32;
@@ -47,6 +43,7 @@ fn table_of(key: &Key) -> usize {
 }
 
 mod bulk;
+mod count;
 mod drafter;
 mod file;
 mod followers;

@@ -78,10 +78,6 @@ pub(super) struct Ngram {
 // The newtypes cost nothing: an entry stays 36 bytes.
 const _: () = assert!(std::mem::size_of::<Ngram>() == 36);
 
-/// Parts with more followers than this find a follower through
-/// `LookupCache::index` instead of a scan.
-pub(super) const INDEXED_PART: usize = 16;
-
 /// An n-gram cache in llama.cpp's format (`common_ngram_cache`): for each
 /// n-gram of 1 to 4 tokens, the tokens that followed it and how often.
 ///

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use super::drafter::{winner, NgramCache};
-use super::table::{LookupCache, Recent, INDEXED_PART};
+use super::followers::INDEXED_PART;
+use super::table::{LookupCache, Recent};
 use super::{hash_of, key_of, Key, NGRAM_SIZES};
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::Idx;

@@ -7,7 +7,7 @@
 //! written once, here.
 
 use crate::index::poly::Poly;
-use crate::index::Roomy;
+use crate::index::{Roomy, FACTOR};
 use crate::int::{ix, small};
 use crate::token::Token;
 
@@ -15,9 +15,6 @@ use crate::token::Token;
 pub(super) const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];
 /// Number of orders.
 pub(super) const K: usize = ORDERS.len();
-/// The polynomial hash's factor (shared by both stores, so that one context
-/// hash probes both).
-const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Contexts per bucket before the buckets grow. Small bucket arrays stay in
 /// cache, which matters more than the few extra chain steps (tags filter
 /// them): in the 128k benches a draft call took about 1.5 us with up to four

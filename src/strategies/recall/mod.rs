@@ -62,8 +62,6 @@ const COPY_MATCH: usize = 24;
 const POINTER_WEIGHT: f64 = 0.5;
 /// How much more an occurrence weighs per extra matching token, relative to the order.
 const LONGER_WEIGHT: f64 = 16.0;
-/// How many trailing tokens decide whether a history only grew.
-const TAIL_CHECK: usize = 32;
 /// Copy regions remembered for locality.
 const ANCHORS: usize = 4;
 /// Sources closer than this belong to the same region.

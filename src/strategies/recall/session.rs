@@ -2,6 +2,7 @@
 //! memory (in flight and at the request's end), merging what was learned.
 
 use super::*;
+use crate::index::mirror::change;
 
 impl Recall {
     /// Hands the current request's tokens to the engine-wide memory (once)
@@ -132,15 +133,9 @@ impl Recall {
         let at = |j: usize| if j < history.len() { history[j] } else { last };
         let len = history.len() + 1;
         let have = self.mirror.len();
-        let tail = have.saturating_sub(TAIL_CHECK);
-        let extends = len >= have && (tail..have).all(|j| self.mirror[j] == at(j));
-        let common = if extends {
-            have
-        } else {
-            (0..have.min(len))
-                .find(|&j| self.mirror[j] != at(j))
-                .unwrap_or(have.min(len))
-        };
+        // The shared rule of `index::mirror`: extended, or diverged where
+        // the two first differ.
+        let common = change(&self.mirror, history, Some(last)).common();
         let mut from = have;
         if common < have {
             if common < have / 2 || common < SESSION_MIN_COMMON {

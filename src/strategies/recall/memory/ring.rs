@@ -23,7 +23,7 @@
 //! position without its token and links; `loom_tests.rs` in recall's folder
 //! does the same for a publication from a sequence's own index.
 
-use crate::index::low32;
+use crate::index::{each_position_in, low32};
 use crate::sync::{read_arc, write_arc, Arc, AtomicU32, AtomicU64, Ordering, RwLock};
 use crate::token::Token;
 
@@ -349,8 +349,7 @@ impl View<'_> {
     /// Calls `found(p)` for every position `p` in `from..to` that holds
     /// `token`, in order: a chunk's run of tokens at a time, not a ring
     /// lookup per position (recall's locality scan of a memory anchor's
-    /// window). The atomic cells cannot be read as a slice, so this is the
-    /// scalar twin of [`crate::index::each_position_of`].
+    /// window).
     pub(in super::super) fn each_position_of(
         &self,
         from: u64,
@@ -364,11 +363,15 @@ impl View<'_> {
                 return;
             };
             let n = (ix(CHUNK) - at).min(ix(to - p));
-            for (q, t) in (p..).zip(&chunk.tokens[at..at + n]) {
-                if t.load(Ordering::Relaxed) == token {
-                    found(q);
-                }
-            }
+            let cells = &chunk.tokens[at..at + n];
+            each_position_in(
+                cells,
+                |t| t.load(Ordering::Relaxed),
+                token,
+                |i| {
+                    found(p + crate::int::wide(i));
+                },
+            );
             p += crate::int::wide(n);
         }
     }
