@@ -21,26 +21,23 @@
 use std::path::Path;
 
 use super::Shared;
-use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;
-use crate::strategies::{NgramPool, RecallMemory, RunContext, LEARNED_NUMBERS, SAVED_ORDERS};
-use crate::sync;
+use crate::strategies::SAVED_ORDERS;
 use crate::Error;
-use crate::Token;
 
-const MAGIC: &[u8; 8] = b"SELFSPEC";
+pub(super) const MAGIC: &[u8; 8] = b"SELFSPEC";
 /// A file of several scopes: each scope's single-scope file, named.
-const SCOPES_MAGIC: &[u8; 8] = b"SELFSCOP";
-const SCOPES_VERSION: u32 = 1;
+pub(super) const SCOPES_MAGIC: &[u8; 8] = b"SELFSCOP";
+pub(super) const SCOPES_VERSION: u32 = 1;
 /// The format version this build reads and writes.
 pub const VERSION: u32 = 1;
-const HEADER: usize = 112;
+pub(super) const HEADER: usize = 112;
 /// Context tokens saved per run: the memory's (16 in format version 1,
 /// checked at compile time).
-const RUN_CONTEXT: usize = crate::strategies::RUN_CONTEXT;
+pub(super) const RUN_CONTEXT: usize = crate::strategies::RUN_CONTEXT;
 const _: () = assert!(RUN_CONTEXT == 16);
 /// Bytes per saved run.
-const RUN_BYTES: u64 = 8 + 4 + 4 * crate::int::wide(RUN_CONTEXT);
+pub(super) const RUN_BYTES: u64 = 8 + 4 + 4 * crate::int::wide(RUN_CONTEXT);
 
 pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -48,7 +45,7 @@ pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn error(path: &Path, offset: u64, problem: Problem) -> Error {
+pub(super) fn error(path: &Path, offset: u64, problem: Problem) -> Error {
     Error::MemoryFile {
         path: path.to_path_buf(),
         offset,
@@ -78,7 +75,7 @@ impl Reader<'_> {
     pub(super) fn u64(&mut self) -> Option<u64> {
         self.take().map(u64::from_le_bytes)
     }
-    fn f64(&mut self) -> Option<f64> {
+    pub(super) fn f64(&mut self) -> Option<f64> {
         self.take().map(f64::from_le_bytes)
     }
 }
@@ -251,329 +248,6 @@ impl Shared {
         let checksum = fnv1a(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
         out
-    }
-}
-
-/// The recall orders the file was built with must be this build's.
-fn check_orders(r: &mut Reader<'_>, path: &Path) -> Result<(), Error> {
-    let fail = |offset: usize, problem| error(path, offset as u64, problem);
-    let n_orders = r.u32().unwrap_or(0);
-    if n_orders as usize != SAVED_ORDERS.len() {
-        let (file, config) = (u64::from(n_orders), SAVED_ORDERS.len() as u64);
-        return Err(fail(
-            12,
-            Problem::Incompatible {
-                field: "recall orders",
-                file,
-                config,
-            },
-        ));
-    }
-    for &k in &SAVED_ORDERS {
-        let at = r.at;
-        let file = u64::from(r.u32().unwrap_or(0));
-        if file != k as u64 {
-            let config = k as u64;
-            return Err(fail(
-                at,
-                Problem::Incompatible {
-                    field: "recall order",
-                    file,
-                    config,
-                },
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A memory file's header, checked: sizes that add up to the file, the
-/// checksum, and parameters this configuration can use.
-#[derive(Clone, Copy)]
-struct Header {
-    n_learned: u64,
-    n_tokens: u64,
-    n_runs: u64,
-    pool_size: u64,
-    pool_generation: u32,
-    pool_used: u64,
-}
-
-impl Header {
-    /// Reads and checks the header of `bytes` (a file of `path`).
-    fn read(config: &Config, path: &Path, bytes: &[u8]) -> Result<Header, Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
-        let truncated = |expected: usize| Problem::Truncated {
-            expected: expected as u64,
-            found: bytes.len() as u64,
-        };
-        if bytes.len() < 8 || &bytes[..8] != MAGIC {
-            return Err(fail(0, Problem::NotAMemoryFile));
-        }
-        let mut r = Reader { bytes, at: 8 };
-        let version = r.u32().ok_or_else(|| fail(8, truncated(HEADER + 8)))?;
-        if version != VERSION {
-            return Err(fail(
-                8,
-                Problem::Version {
-                    found: version,
-                    supported: VERSION,
-                },
-            ));
-        }
-        if bytes.len() < HEADER + 8 {
-            return Err(fail(bytes.len(), truncated(HEADER + 8)));
-        }
-        let header = |r: &mut Reader<'_>| r.u64().unwrap_or(0);
-        check_orders(&mut r, path)?;
-        let n_learned = header(&mut r);
-        let _budget = header(&mut r);
-        let _capacity = header(&mut r);
-        let n_tokens = header(&mut r);
-        let n_runs = header(&mut r);
-        let pool_size = header(&mut r);
-        let pool_generation = r.u32().unwrap_or(0);
-        let _ = r.u32();
-        let pool_used = header(&mut r);
-        let expected = [
-            (n_learned, 8),
-            (n_runs, RUN_BYTES),
-            (n_tokens, 4),
-            (pool_size, 8),
-        ]
-        .iter()
-        .try_fold(HEADER as u64 + 8, |acc, &(n, size)| {
-            n.checked_mul(size).and_then(|b| acc.checked_add(b))
-        });
-        let Some(expected) = expected else {
-            return Err(fail(
-                48,
-                Problem::Corrupt {
-                    what: "section sizes overflow",
-                },
-            ));
-        };
-        if expected != bytes.len() as u64 {
-            return Err(fail(
-                bytes
-                    .len()
-                    .min(usize::try_from(expected).unwrap_or(usize::MAX)),
-                Problem::Truncated {
-                    expected,
-                    found: bytes.len() as u64,
-                },
-            ));
-        }
-        let body = bytes.len() - 8;
-        let stored = u64::from_le_bytes(bytes[body..].try_into().unwrap_or_default());
-        let computed = fnv1a(&bytes[..body]);
-        if stored != computed {
-            return Err(fail(body, Problem::Checksum { stored, computed }));
-        }
-        let header = Header {
-            n_learned,
-            n_tokens,
-            n_runs,
-            pool_size,
-            pool_generation,
-            pool_used,
-        };
-        header.check(config, path)?;
-        Ok(header)
-    }
-
-    /// Whether `config` can use what the header describes.
-    fn check(&self, config: &Config, path: &Path) -> Result<(), Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
-        let Header {
-            n_learned,
-            pool_size,
-            pool_used,
-            ..
-        } = *self;
-        if n_learned != 0 && n_learned != LEARNED_NUMBERS as u64 {
-            return Err(fail(
-                48,
-                Problem::Incompatible {
-                    field: "recall learned numbers",
-                    file: n_learned,
-                    config: LEARNED_NUMBERS as u64,
-                },
-            ));
-        }
-        if pool_size != 0 && config.uses_pool() && pool_size != config.pool_size as u64 {
-            return Err(fail(
-                88,
-                Problem::Incompatible {
-                    field: "pool_size",
-                    file: pool_size,
-                    config: config.pool_size as u64,
-                },
-            ));
-        }
-        if pool_used > pool_size {
-            return Err(fail(
-                104,
-                Problem::Corrupt {
-                    what: "more pool cells used than the pool has",
-                },
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Shared {
-    /// Restores a memory file of one scope (into this handle's scope) or
-    /// of several (into the scopes of their names); every part is checked
-    /// before anything is restored.
-    pub(super) fn restore(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
-        if !bytes.starts_with(SCOPES_MAGIC) {
-            return self.restore_scope(config, path, bytes);
-        }
-        let parts = scope_parts(path, bytes)?;
-        for &(_, at, blob) in &parts {
-            Header::read(config, path, blob).map_err(|e| shift(e, at))?;
-        }
-        for (name, at, blob) in parts {
-            self.scope_named(name)
-                .restore_scope(config, path, blob)
-                .map_err(|e| shift(e, at))?;
-        }
-        Ok(())
-    }
-
-    fn restore_scope(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
-        let header = Header::read(config, path, bytes)?;
-        let Header {
-            n_learned,
-            n_tokens,
-            n_runs,
-            pool_size,
-            ..
-        } = header;
-        let body = bytes.len() - 8;
-        let mut r = Reader { bytes, at: HEADER };
-        let numbers: Vec<f64> = (0..n_learned).filter_map(|_| r.f64()).collect();
-        let runs_at = r.at;
-        let mut runs: Vec<(u64, RunContext)> = Vec::new();
-        for _ in 0..n_runs {
-            let len = r.u64().unwrap_or(0);
-            let n = r.u32().unwrap_or(0) as usize;
-            let context: Vec<Token> = (0..RUN_CONTEXT).map(|_| r.u32().unwrap_or(0)).collect();
-            if n > RUN_CONTEXT {
-                return Err(fail(
-                    r.at + 8 - usize::try_from(RUN_BYTES).unwrap_or(0),
-                    Problem::Corrupt {
-                        what: "a run context longer than 16 tokens",
-                    },
-                ));
-            }
-            runs.push((len, RunContext::new(&context[..n])));
-        }
-        if runs.iter().try_fold(0u64, |a, &(b, _)| a.checked_add(b)) != Some(n_tokens) {
-            return Err(fail(
-                runs_at,
-                Problem::Corrupt {
-                    what: "request runs do not add up to the tokens held",
-                },
-            ));
-        }
-        let tokens_at = r.at;
-        if n_learned != 0 {
-            let memory: sync::Arc<RecallMemory> = self.recall_memory();
-            if !memory.set_learned_numbers(&numbers) {
-                let what = "a learned number is not a whole, non-negative count or not finite";
-                return Err(fail(HEADER, Problem::Corrupt { what }));
-            }
-            let mut at = tokens_at;
-            let mut run = Vec::new();
-            for (len, context) in &runs {
-                let len = *len;
-                run.clear();
-                run.extend((0..len).map(|i| {
-                    let p = at + 4 * usize::try_from(i).unwrap_or(0);
-                    u32::from_le_bytes(bytes[p..p + 4].try_into().unwrap_or_default())
-                }));
-                memory.append_after(context.as_slice(), &run);
-                at += 4 * usize::try_from(len).unwrap_or(0);
-            }
-        } else if n_tokens != 0 {
-            return Err(fail(
-                48,
-                Problem::Corrupt {
-                    what: "tokens without a recall memory",
-                },
-            ));
-        }
-        if pool_size != 0 && config.uses_pool() {
-            let pool: std::sync::Arc<NgramPool> = self.pool()?;
-            let start = tokens_at + 4 * usize::try_from(n_tokens).unwrap_or(0);
-            let cells = bytes[start..body]
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
-            pool.restore(
-                header.pool_generation,
-                usize::try_from(header.pool_used).unwrap_or(0),
-                cells,
-            );
-        }
-        Ok(())
-    }
-}
-
-/// One scope in a scope file: its name, where its file starts, its file.
-type ScopePart<'a> = (&'a str, u64, &'a [u8]);
-
-/// A scope file's parts: each scope's name, where its file starts, and its
-/// file; the container's sizes and checksum checked.
-fn scope_parts<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopePart<'a>>, Error> {
-    let fail = |offset: usize, problem| error(path, offset as u64, problem);
-    let truncated = |at: usize| truncated_at(path, at, bytes.len());
-    let mut r = open_container(path, bytes, SCOPES_MAGIC, SCOPES_VERSION)?;
-    let body = r.bytes.len();
-    let count = r.u32().unwrap_or(0);
-    let mut parts = Vec::new();
-    let mut names: Vec<&str> = Vec::new();
-    for _ in 0..count {
-        let name = read_name(&mut r, path, bytes.len())?;
-        if names.contains(&name) {
-            let what = "a scope saved twice";
-            return Err(fail(r.at, Problem::Corrupt { what }));
-        }
-        names.push(name);
-        let blob_len = r.u64().ok_or_else(|| truncated(r.at))?;
-        let blob_len = usize::try_from(blob_len).map_err(|_| truncated(r.at))?;
-        let start = r.at;
-        let blob = r
-            .bytes
-            .get(start..start.saturating_add(blob_len))
-            .ok_or_else(|| truncated(start))?;
-        r.at += blob_len;
-        parts.push((name, start as u64, blob));
-    }
-    if r.at != body {
-        let what = "bytes after the last scope";
-        return Err(fail(r.at, Problem::Corrupt { what }));
-    }
-    Ok(parts)
-}
-
-/// An error of a scope's file inside a scope file: its offset counted from
-/// the start of the whole file.
-fn shift(e: Error, by: u64) -> Error {
-    match e {
-        Error::MemoryFile {
-            path,
-            offset,
-            problem,
-        } => Error::MemoryFile {
-            path,
-            offset: offset.saturating_add(by),
-            problem,
-        },
-        other => other,
     }
 }
 
