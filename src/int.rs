@@ -34,6 +34,18 @@ pub(crate) const fn low32(x: u64) -> u32 {
     (x & 0xFFFF_FFFF) as u32
 }
 
+/// A count as a float: exact below 2^53, which every count here is.
+#[inline(always)]
+pub(crate) fn float(x: usize) -> f64 {
+    x as f64
+}
+
+/// A 64-bit count as a float: exact below 2^53.
+#[inline(always)]
+pub(crate) fn float64(x: u64) -> f64 {
+    x as f64
+}
+
 /// A duration in whole nanoseconds, saturating at `u64::MAX` (584 years).
 #[inline]
 pub(crate) fn nanos(d: std::time::Duration) -> u64 {

@@ -1,8 +1,32 @@
 //! Where a draft looks: the session's own index and the engine-wide memory
 //! as one source of positions, occurrences, match lengths and locality.
 
-use super::*;
 use crate::index::{common_suffix, each_position_of};
+use crate::int::{ix, wide};
+use crate::token::Token;
+
+use super::calibrate::Calibration;
+use super::index::{
+    match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS,
+};
+use super::locality::ANCHORS;
+use super::memory::{Span, View};
+
+/// Occurrences examined at the longest matching order.
+const OCCURRENCES: usize = 8;
+/// The engine-wide memory is asked at an order only when the session's own
+/// index has fewer occurrences than this there: a memory probe is a few
+/// cache misses, and the session's own evidence weighs four times more.
+const MEMORY_BELOW: usize = 1;
+/// Weight of an occurrence in the current session relative to the
+/// engine-wide memory's (earlier turns of a chat, the file being edited).
+const SESSION_WEIGHT: f64 = 4.0;
+/// Weight of an occurrence in the current request's own output.
+const REQUEST_WEIGHT: f64 = 4.0;
+/// How far after an anchor locality looks.
+pub(super) const LOCAL_WINDOW: u64 = 256;
+/// A resumed copy needs this many matching context tokens.
+const LOCAL_MIN_MATCH: usize = 1;
 
 /// A position in the sequence's own index or in the engine-wide memory: the
 /// memory's positions carry the top bit.
@@ -33,6 +57,23 @@ impl Pos {
     }
 }
 
+/// The copy pointer: a position whose token is the next one's candidate,
+/// and how many tokens before it match the end of the sequence.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Pointer {
+    pub(super) pos: Pos,
+    pub(super) matched: usize,
+}
+
+/// The copy pointer's candidate at one draft position: its token, position
+/// and match length.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CopyCandidate {
+    pub(super) token: Token,
+    pub(super) pos: Pos,
+    pub(super) matched: usize,
+}
+
 /// One occurrence of a context: its continuation, vote weight and position.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Occurrence {
@@ -42,12 +83,16 @@ pub(super) struct Occurrence {
 }
 
 /// What one draft call reads: the sequence's own index (its positions are
-/// the virtual sequence's) and the memory.
+/// the virtual sequence's) and the memory, the hasher of both and the
+/// engine-wide calibration.
 pub(super) struct Sources<'a> {
     pub(super) own: &'a SeqIndex,
     pub(super) memory: View<'a>,
     pub(super) request_start: u64,
+    /// Memory ranges that are copies of own tokens (not counted twice).
     pub(super) mirrored: &'a [Span],
+    pub(super) hasher: &'a Hasher,
+    pub(super) calibration: &'a Calibration,
 }
 
 impl Sources<'_> {
@@ -93,7 +138,7 @@ impl Sources<'_> {
                 drafted[ix(j - len)]
             }
         };
-        let vlen = vlen.min(len + drafted.len() as u64);
+        let vlen = vlen.min(len + wide(drafted.len()));
         if p.in_memory() {
             return match_len(&self.memory, p.at(), (vlen, own.floor()), false, v);
         }
@@ -177,7 +222,7 @@ impl Sources<'_> {
     ) -> Option<usize> {
         (0..=top)
             .rev()
-            .filter(|&o| held > ORDERS[o] as u64)
+            .filter(|&o| held > wide(ORDERS[o]))
             .find(|&o| self.collect(o, hashes[o], scratch) > 0)
     }
 
@@ -190,31 +235,31 @@ impl Sources<'_> {
     /// instruction counts are in DESIGN.md, "The hot path").
     fn consider(
         &self,
-        best: &mut Option<(Pos, usize)>,
+        best: &mut Option<Pointer>,
         p: Pos,
         len: u64,
         room: u64,
         token: impl Fn(u64) -> Token,
     ) {
-        let bm = best.map_or(0, |(_, bm)| bm) as u64;
+        let bm = wide(best.map_or(0, |b| b.matched));
         if bm > 0 && (bm >= room || token(p.at() - 1 - bm) != self.own.token(len - 1 - bm)) {
             return;
         }
         let m = self.match_len(p, len, &[]);
-        if best.map_or(true, |(_, bm)| m > bm) {
-            *best = Some((p, m));
+        if best.map_or(true, |b| m > b.matched) {
+            *best = Some(Pointer { pos: p, matched: m });
         }
     }
 
     /// After a rejection: the position nearest after an anchor where the
     /// context matches best (an edit resumes copying near where it left off).
-    pub(super) fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<(Pos, usize)> {
+    pub(super) fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<Pointer> {
         let len = self.own.end();
         if len == self.own.floor() {
             return None;
         }
         let last = self.own.token(len - 1);
-        let mut best: Option<(Pos, usize)> = None;
+        let mut best: Option<Pointer> = None;
         for &anchor in anchors.iter().flatten() {
             if !self.holds(anchor) {
                 continue;
@@ -233,13 +278,13 @@ impl Sources<'_> {
                 let own = self.own;
                 let window = &own.tokens_from(anchor.at())[..ix(end - anchor.at())];
                 each_position_of(window, last, |i| {
-                    let p = anchor.at() + 1 + i as u64;
+                    let p = anchor.at() + 1 + wide(i);
                     self.consider(&mut best, Pos::own(p), len, p - own.floor(), |j| {
                         own.token(j)
                     });
                 });
             }
         }
-        best.filter(|&(_, m)| m >= LOCAL_MIN_MATCH)
+        best.filter(|b| b.matched >= LOCAL_MIN_MATCH)
     }
 }

@@ -2,6 +2,11 @@
 
 use super::*;
 use crate::index::low32;
+use crate::int::ix;
+use calibrate::Lean;
+use index::{Chains, Hasher, SeqIndex};
+use learner::SYNC_EVERY;
+use memory::Span;
 
 fn draft(r: &mut Recall, history: &[Token], last: Token, max: usize) -> Vec<Token> {
     let mut out = Vec::new();
@@ -42,7 +47,7 @@ fn calibration_learns_from_rejections() {
     // The engine-wide cells alone (no lean): the calibrated probabilities
     // fall and the drafts stop.
     let mut cells_only = Recall::new(0.2);
-    cells_only.leans = false;
+    cells_only.learner.leans = false;
     let drafted = rounds_rejected(&mut cells_only, 300);
     assert!(
         drafted[..10].iter().all(|&d| d),
@@ -235,7 +240,7 @@ fn the_order_bound_across_calls_changes_no_draft() {
             r.carry_top = carry;
             // The bound may find a lower order with the same token, whose
             // cell differs: the drafts are the same, the lean may not be.
-            r.leans = false;
+            r.learner.leans = false;
             r
         });
         let mut drafted = 0;
@@ -514,11 +519,11 @@ fn a_lean_is_a_shrunk_logit_shift() {
 fn a_new_session_starts_without_a_lean() {
     let mut r = Recall::new(0.2);
     let _ = rounds_rejected(&mut r, 30);
-    assert!(r.lean.odds() < 1.0);
+    assert!(r.learner.lean().odds() < 1.0);
     // A prompt that keeps nothing of the history: a new session.
     let other: Vec<Token> = (100..400).collect();
     r.begin(&other);
-    assert_eq!(r.lean.odds(), 1.0);
+    assert_eq!(r.learner.lean().odds(), 1.0);
 }
 
 /// One draft call verified greedily against `truth` (the tokens after
@@ -567,10 +572,10 @@ fn a_session_leans_away_from_what_other_traffic_taught_the_cells() {
             greedy_request(&mut before, &text[..1000], &text[1000..]);
         }
         let mut r = Recall::with_memory(0.13, memory, 1 << 22, false);
-        r.leans = leans;
+        r.learner.leans = leans;
         let text = phrase_text(1, phrases, 4000);
         let figures = greedy_request(&mut r, &text[..1000], &text[1000..]);
-        (figures, r.lean.odds())
+        (figures, r.learner.lean().odds())
     };
     let acceptance =
         |(_, drafted, accepted): (usize, usize, usize)| accepted as f64 / drafted as f64;
