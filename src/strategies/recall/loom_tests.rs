@@ -5,7 +5,11 @@
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_tests`
 
-use super::*;
+use crate::sync::Arc;
+
+use super::index::{Chains, Hasher, SeqIndex};
+use super::memory;
+use super::RecallMemory;
 
 #[test]
 fn a_reader_sees_a_copied_publication_whole_or_nothing() {
