@@ -20,6 +20,13 @@ pub(crate) fn ix(x: u64) -> usize {
     usize::try_from(x).unwrap_or(usize::MAX)
 }
 
+/// A 32-bit count or index as a slice index (lossless on every target
+/// with a `usize` of at least 32 bits).
+#[inline(always)]
+pub(crate) const fn ix32(x: u32) -> usize {
+    x as usize
+}
+
 /// A small count (a match length, a candidate index, a position in an index
 /// of at most 2^30 tokens) in 32 bits, saturating.
 #[inline(always)]
@@ -32,6 +39,27 @@ pub(crate) fn small(x: usize) -> u32 {
 #[inline(always)]
 pub(crate) const fn low32(x: u64) -> u32 {
     (x & 0xFFFF_FFFF) as u32
+}
+
+/// The high 32 bits of `x`.
+#[inline(always)]
+pub(crate) const fn high32(x: u64) -> u32 {
+    low32(x >> 32)
+}
+
+/// The two halves of `m` xor-ed (a folded multiply's result).
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)] // each half on purpose
+pub(crate) const fn fold128(m: u128) -> u64 {
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+/// A non-negative whole float as an integer, saturating (a count read
+/// back from a file, checked whole before).
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked by the caller
+pub(crate) fn whole(x: f64) -> u64 {
+    x as u64
 }
 
 /// A count as a float: exact below 2^53, which every count here is.

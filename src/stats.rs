@@ -1,5 +1,6 @@
 //! Per-strategy counters and timings, printed as llama.cpp's statistics lines.
 
+use crate::int::float64;
 use std::fmt;
 use std::time::Duration;
 
@@ -61,7 +62,7 @@ impl DrafterStats {
         if self.gen_tokens == 0 {
             0.0
         } else {
-            self.acc_tokens as f64 / self.gen_tokens as f64
+            float64(self.acc_tokens) / float64(self.gen_tokens)
         }
     }
 

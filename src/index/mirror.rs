@@ -145,6 +145,7 @@ impl Deref for Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::int::wide;
 
     fn token(x: usize) -> Token {
         Token::try_from(x).unwrap()
@@ -176,9 +177,9 @@ mod tests {
             let copy: Vec<Token> = (0..next(700)).map(|_| token(next(3))).collect();
             let mut seq = copy.clone();
             match next(5) {
-                0 => seq.truncate(next(copy.len() as u64 + 1)),
+                0 => seq.truncate(next(wide(copy.len()) + 1)),
                 1 if !copy.is_empty() => {
-                    let at = next(copy.len() as u64);
+                    let at = next(wide(copy.len()));
                     seq[at] = 7;
                 }
                 _ => {}

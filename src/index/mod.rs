@@ -184,7 +184,7 @@ impl Idx {
 
     #[inline(always)]
     pub(crate) const fn as_usize(self) -> usize {
-        self.0 as usize
+        ix32(self.0)
     }
 
     #[inline(always)]
@@ -200,6 +200,7 @@ impl Default for Idx {
     }
 }
 
+use crate::int::ix32;
 pub(crate) use crate::int::low32;
 
 /// The top `bits` bits of a hash (1 to 32): a bucket number.
@@ -213,6 +214,7 @@ pub(crate) fn top_bits(x: u64, bits: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::int::wide;
 
     /// A small deterministic stream over `alphabet` ids (few ids: many hits
     /// and long common runs).
@@ -233,7 +235,7 @@ mod tests {
         // Lengths around the 16-token blocks, ids at both ends of the range.
         for len in [0, 1, 15, 16, 17, 31, 32, 33, 100, 257] {
             for alphabet in [1, 2, 5] {
-                let mut tokens = stream(len, alphabet, len as u64 + 7);
+                let mut tokens = stream(len, alphabet, wide(len) + 7);
                 if let Some(t) = tokens.last_mut() {
                     *t = u32::MAX;
                 }

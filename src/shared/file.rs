@@ -22,6 +22,7 @@ use std::path::Path;
 
 use super::Shared;
 use crate::error::MemoryFileProblem as Problem;
+use crate::int::{ix32, wide};
 use crate::strategies::SAVED_ORDERS;
 use crate::Error;
 
@@ -175,7 +176,7 @@ impl Shared {
             let blob = scope.scope_bytes();
             out.extend_from_slice(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
             out.extend_from_slice(name);
-            out.extend_from_slice(&(blob.len() as u64).to_le_bytes());
+            out.extend_from_slice(&(wide(blob.len())).to_le_bytes());
             out.extend_from_slice(&blob);
         }
         let checksum = fnv1a(&out);
@@ -207,16 +208,16 @@ impl Shared {
         let (pool_generation, pool_used, pool_size) = match &pool {
             Some(p) => {
                 let (generation, used, _) = p.raw();
-                (generation, used as u64, p.size() as u64)
+                (generation, wide(used), wide(p.size()))
             }
             None => (0, 0, 0),
         };
         for field in [
-            learned.len() as u64,
-            self.inner.budget.memory as u64,
-            recall.as_ref().map_or(0, |m| m.capacity() as u64),
-            tokens.len() as u64,
-            runs.len() as u64,
+            wide(learned.len()),
+            wide(self.inner.budget.memory),
+            recall.as_ref().map_or(0, |m| wide(m.capacity())),
+            wide(tokens.len()),
+            wide(runs.len()),
             pool_size,
         ] {
             out.extend_from_slice(&field.to_le_bytes());
@@ -265,10 +266,10 @@ fn temporary_beside(path: &Path) -> std::path::PathBuf {
 pub(super) fn truncated_at(path: &Path, at: usize, len: usize) -> Error {
     error(
         path,
-        at as u64,
+        wide(at),
         Problem::Truncated {
-            expected: at as u64 + 8,
-            found: len as u64,
+            expected: wide(at) + 8,
+            found: wide(len),
         },
     )
 }
@@ -282,7 +283,7 @@ pub(super) fn open_container<'a>(
     magic: &[u8; 8],
     version: u32,
 ) -> Result<Reader<'a>, Error> {
-    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    let fail = |offset: usize, problem| error(path, wide(offset), problem);
     if bytes.len() < 8 || &bytes[..8] != magic {
         return Err(fail(0, Problem::NotAMemoryFile));
     }
@@ -315,14 +316,14 @@ pub(super) fn open_container<'a>(
 /// A scope name (u32 length, UTF-8) at the reader's position.
 pub(super) fn read_name<'a>(r: &mut Reader<'a>, path: &Path, len: usize) -> Result<&'a str, Error> {
     let at = r.at;
-    let n = r.u32().ok_or_else(|| truncated_at(path, at, len))? as usize;
+    let n = ix32(r.u32().ok_or_else(|| truncated_at(path, at, len))?);
     let bytes: &'a [u8] = r.bytes;
     let name = bytes
         .get(r.at..r.at.saturating_add(n))
         .ok_or_else(|| truncated_at(path, r.at, len))?;
     let name = std::str::from_utf8(name).map_err(|_| {
         let what = "a scope name that is not UTF-8";
-        error(path, r.at as u64, Problem::Corrupt { what })
+        error(path, wide(r.at), Problem::Corrupt { what })
     })?;
     r.at += n;
     Ok(name)

@@ -8,6 +8,7 @@ use super::file::{HEADER, MAGIC, RUN_BYTES, RUN_CONTEXT, SCOPES_MAGIC, SCOPES_VE
 use super::Shared;
 use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;
+use crate::int::{ix32, wide};
 use crate::strategies::{NgramPool, RecallMemory, RunContext, LEARNED_NUMBERS, SAVED_ORDERS};
 use crate::sync;
 use crate::Error;
@@ -15,10 +16,10 @@ use crate::Token;
 
 /// The recall orders the file was built with must be this build's.
 fn check_orders(r: &mut Reader<'_>, path: &Path) -> Result<(), Error> {
-    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    let fail = |offset: usize, problem| error(path, wide(offset), problem);
     let n_orders = r.u32().unwrap_or(0);
-    if n_orders as usize != SAVED_ORDERS.len() {
-        let (file, config) = (u64::from(n_orders), SAVED_ORDERS.len() as u64);
+    if ix32(n_orders) != SAVED_ORDERS.len() {
+        let (file, config) = (u64::from(n_orders), wide(SAVED_ORDERS.len()));
         return Err(fail(
             12,
             Problem::Incompatible {
@@ -31,8 +32,8 @@ fn check_orders(r: &mut Reader<'_>, path: &Path) -> Result<(), Error> {
     for &k in &SAVED_ORDERS {
         let at = r.at;
         let file = u64::from(r.u32().unwrap_or(0));
-        if file != k as u64 {
-            let config = k as u64;
+        if file != wide(k) {
+            let config = wide(k);
             return Err(fail(
                 at,
                 Problem::Incompatible {
@@ -61,10 +62,10 @@ struct Header {
 impl Header {
     /// Reads and checks the header of `bytes` (a file of `path`).
     fn read(config: &Config, path: &Path, bytes: &[u8]) -> Result<Header, Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let fail = |offset: usize, problem| error(path, wide(offset), problem);
         let truncated = |expected: usize| Problem::Truncated {
-            expected: expected as u64,
-            found: bytes.len() as u64,
+            expected: wide(expected),
+            found: wide(bytes.len()),
         };
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
             return Err(fail(0, Problem::NotAMemoryFile));
@@ -101,7 +102,7 @@ impl Header {
             (pool_size, 8),
         ]
         .iter()
-        .try_fold(HEADER as u64 + 8, |acc, &(n, size)| {
+        .try_fold(wide(HEADER) + 8, |acc, &(n, size)| {
             n.checked_mul(size).and_then(|b| acc.checked_add(b))
         });
         let Some(expected) = expected else {
@@ -112,14 +113,14 @@ impl Header {
                 },
             ));
         };
-        if expected != bytes.len() as u64 {
+        if expected != wide(bytes.len()) {
             return Err(fail(
                 bytes
                     .len()
                     .min(usize::try_from(expected).unwrap_or(usize::MAX)),
                 Problem::Truncated {
                     expected,
-                    found: bytes.len() as u64,
+                    found: wide(bytes.len()),
                 },
             ));
         }
@@ -143,30 +144,30 @@ impl Header {
 
     /// Whether `config` can use what the header describes.
     fn check(&self, config: &Config, path: &Path) -> Result<(), Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let fail = |offset: usize, problem| error(path, wide(offset), problem);
         let Header {
             n_learned,
             pool_size,
             pool_used,
             ..
         } = *self;
-        if n_learned != 0 && n_learned != LEARNED_NUMBERS as u64 {
+        if n_learned != 0 && n_learned != wide(LEARNED_NUMBERS) {
             return Err(fail(
                 48,
                 Problem::Incompatible {
                     field: "recall learned numbers",
                     file: n_learned,
-                    config: LEARNED_NUMBERS as u64,
+                    config: wide(LEARNED_NUMBERS),
                 },
             ));
         }
-        if pool_size != 0 && config.uses_pool() && pool_size != config.pool_size as u64 {
+        if pool_size != 0 && config.uses_pool() && pool_size != wide(config.pool_size) {
             return Err(fail(
                 88,
                 Problem::Incompatible {
                     field: "pool_size",
                     file: pool_size,
-                    config: config.pool_size as u64,
+                    config: wide(config.pool_size),
                 },
             ));
         }
@@ -203,7 +204,7 @@ impl Shared {
     }
 
     fn restore_scope(&self, config: &Config, path: &Path, bytes: &[u8]) -> Result<(), Error> {
-        let fail = |offset: usize, problem| error(path, offset as u64, problem);
+        let fail = |offset: usize, problem| error(path, wide(offset), problem);
         let header = Header::read(config, path, bytes)?;
         let Header {
             n_learned,
@@ -219,7 +220,7 @@ impl Shared {
         let mut runs: Vec<(u64, RunContext)> = Vec::new();
         for _ in 0..n_runs {
             let len = r.u64().unwrap_or(0);
-            let n = r.u32().unwrap_or(0) as usize;
+            let n = ix32(r.u32().unwrap_or(0));
             let context: Vec<Token> = (0..RUN_CONTEXT).map(|_| r.u32().unwrap_or(0)).collect();
             if n > RUN_CONTEXT {
                 return Err(fail(
@@ -288,7 +289,7 @@ type ScopePart<'a> = (&'a str, u64, &'a [u8]);
 /// A scope file's parts: each scope's name, where its file starts, and its
 /// file; the container's sizes and checksum checked.
 fn scope_parts<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopePart<'a>>, Error> {
-    let fail = |offset: usize, problem| error(path, offset as u64, problem);
+    let fail = |offset: usize, problem| error(path, wide(offset), problem);
     let truncated = |at: usize| truncated_at(path, at, bytes.len());
     let mut r = open_container(path, bytes, SCOPES_MAGIC, SCOPES_VERSION)?;
     let body = r.bytes.len();
@@ -310,7 +311,7 @@ fn scope_parts<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopePart<'a>>, E
             .get(start..start.saturating_add(blob_len))
             .ok_or_else(|| truncated(start))?;
         r.at += blob_len;
-        parts.push((name, start as u64, blob));
+        parts.push((name, wide(start), blob));
     }
     if r.at != body {
         let what = "bytes after the last scope";

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::int::wide;
 use crate::limits::{check_range, MAX_BUDGET, MIN_BUDGET};
 use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET};
 use crate::stats::Timings;
@@ -279,7 +280,7 @@ impl Shared {
     fn with_parts(config: &Config, budget: Budget) -> Shared {
         let root = Arc::new(Scope::new(""));
         let bytes = EngineBytes::default();
-        bytes.fetch_add(Scope::own_bytes("") as u64, Ordering::Relaxed);
+        bytes.fetch_add(wide(Scope::own_bytes("")), Ordering::Relaxed);
         Shared {
             inner: Arc::new(Inner {
                 pool_size: config.pool_size,
@@ -364,7 +365,7 @@ impl Shared {
         if made {
             self.inner
                 .bytes
-                .fetch_add(Scope::own_bytes(name) as u64, Ordering::Relaxed);
+                .fetch_add(wide(Scope::own_bytes(name)), Ordering::Relaxed);
         }
         drop(scopes);
         Shared {
@@ -416,7 +417,7 @@ impl Shared {
     /// default one) while all of them hold more than [`Budget::engine`]:
     /// one load of the engine's count when they do not (the usual case).
     pub(crate) fn enforce_engine_budget(&self) {
-        let limit = self.inner.budget.engine as u64;
+        let limit = wide(self.inner.budget.engine);
         if self.inner.bytes.load(Ordering::Relaxed) <= limit {
             return;
         }
@@ -460,7 +461,7 @@ impl Shared {
         if counted {
             self.inner
                 .bytes
-                .fetch_add(p.size_bytes() as u64, Ordering::Relaxed);
+                .fetch_add(wide(p.size_bytes()), Ordering::Relaxed);
         }
         *pool = (Some(Arc::clone(&p)), counted);
         Ok(p)

@@ -12,6 +12,7 @@ use std::path::Path;
 use super::file::{fnv1a, open_container, read_name, truncated_at};
 use super::Shared;
 use crate::error::MemoryFileProblem as Problem;
+use crate::int::{ix32, wide};
 use crate::token::Token;
 use crate::Error;
 
@@ -86,14 +87,14 @@ impl Shared {
             next.ends.push((name.to_string(), end));
             out.extend_from_slice(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
             out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(&(runs.len() as u64).to_le_bytes());
+            out.extend_from_slice(&(wide(runs.len())).to_le_bytes());
             for (context, tokens) in &runs {
                 let c = context.as_slice();
                 out.extend_from_slice(&u32::try_from(c.len()).unwrap_or(0).to_le_bytes());
                 for i in 0..CONTEXT {
                     out.extend_from_slice(&c.get(i).copied().unwrap_or(0).to_le_bytes());
                 }
-                out.extend_from_slice(&(tokens.len() as u64).to_le_bytes());
+                out.extend_from_slice(&(wide(tokens.len())).to_le_bytes());
                 for t in tokens {
                     out.extend_from_slice(&t.to_le_bytes());
                 }
@@ -133,7 +134,7 @@ impl Shared {
 fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopeRuns<'a>>, Error> {
     let fail = |offset: usize, problem| Error::MemoryFile {
         path: path.to_path_buf(),
-        offset: offset as u64,
+        offset: wide(offset),
         problem,
     };
     let truncated = |at: usize| truncated_at(path, at, bytes.len());
@@ -147,7 +148,7 @@ fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<Vec<ScopeRuns<'a>>, Error> 
         let mut runs = Vec::new();
         for _ in 0..n_runs {
             let at = r.at;
-            let c = r.u32().ok_or_else(|| truncated(at))? as usize;
+            let c = ix32(r.u32().ok_or_else(|| truncated(at))?);
             let mut context = Vec::with_capacity(CONTEXT);
             for _ in 0..CONTEXT {
                 context.push(r.u32().ok_or_else(|| truncated(r.at))?);

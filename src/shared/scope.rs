@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::int::wide;
 use crate::strategies::{NgramPool, RecallMemory};
 use crate::sync::{self, lock_std};
 
@@ -111,10 +112,10 @@ impl Scope {
     /// counted either.
     pub(super) fn detach(&self, bytes: &AtomicU64) {
         self.attached.store(false, Ordering::SeqCst);
-        bytes.fetch_sub(Scope::own_bytes(&self.name) as u64, Ordering::Relaxed);
+        bytes.fetch_sub(wide(Scope::own_bytes(&self.name)), Ordering::Relaxed);
         let mut pool = lock_std(&self.pool);
         if let (Some(p), true) = (&pool.0, pool.1) {
-            bytes.fetch_sub(p.size_bytes() as u64, Ordering::Relaxed);
+            bytes.fetch_sub(wide(p.size_bytes()), Ordering::Relaxed);
             pool.1 = false;
         }
         drop(pool);

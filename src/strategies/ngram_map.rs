@@ -1,6 +1,7 @@
 //! ngram-map-k and ngram-map-k4v: key records with per-value statistics,
 //! found through a 2^18-slot LCG hash index of history positions.
 
+use crate::int::ix32;
 use std::collections::HashMap;
 
 use crate::drafter::{DraftLimits, Drafter};
@@ -21,7 +22,7 @@ const LCG_FACTOR: u64 = 2_654_435_761;
 /// The golden traces pin the slots it gives.
 #[inline]
 fn slot(h: u64) -> usize {
-    low32(h) as usize % KEY_MAP_SIZE
+    ix32(low32(h)) % KEY_MAP_SIZE
 }
 
 /// Key hashes to key records.
@@ -169,8 +170,8 @@ impl NgramMap {
     fn cleanup(&mut self, cleanup: usize) {
         let key_map = &mut self.key_map;
         self.occupied.retain(|&s| {
-            let pos = &mut key_map[s as usize];
-            if *pos as usize >= cleanup {
+            let pos = &mut key_map[ix32(s)];
+            if ix32(*pos) >= cleanup {
                 *pos = 0;
                 return false;
             }
@@ -269,7 +270,7 @@ impl NgramMap {
     ) -> Option<usize> {
         let (n, m) = (self.n, self.m);
         let rec = &mut self.records[record];
-        if (rec.hits as usize) < self.min_hits {
+        if usize::from(rec.hits) < self.min_hits {
             return None;
         }
         // Count the values that followed each occurrence of the key in
@@ -308,13 +309,13 @@ impl NgramMap {
                 best = s;
             }
         }
-        let max = rec.values[best].count as u32;
+        let max = u32::from(rec.values[best].count);
         let others: u32 = rec
             .values
             .iter()
             .enumerate()
             .filter(|&(s, _)| s != best)
-            .map(|(_, v)| v.count as u32)
+            .map(|(_, v)| u32::from(v.count))
             .sum();
         if others > 0 && max < 2 * others {
             return None;
@@ -344,7 +345,7 @@ impl NgramMap {
     ) -> Option<usize> {
         let matches = |p: usize| key_at(history, p, head, last);
         match self.record_of.get(&hash) {
-            Some(&i) if matches(self.records[i as usize].pos) => Some(i as usize),
+            Some(&i) if matches(self.records[ix32(i)].pos) => Some(ix32(i)),
             // A hash collision or a record whose text changed: the reference's search.
             Some(_) => self.records.iter().position(|r| matches(r.pos)),
             None => None,
@@ -414,7 +415,7 @@ impl Drafter for NgramMap {
         let key_lcg = self
             .lcg
             .hash(head.iter().copied().chain(std::iter::once(last)));
-        let hashed = self.key_map[slot(key_lcg)] as usize;
+        let hashed = ix32(self.key_map[slot(key_lcg)]);
         let hash = self.index.key_hash(head, last);
         let mut match_pos = 0;
         if hashed != 0 && hashed < len - n - m - 1 && matches(hashed) {
@@ -516,11 +517,11 @@ mod tests {
         let tokens = [1u32, 2, 0x7fff_ffff, 65536];
         let mut h: u64 = 0;
         for &t in &tokens {
-            h = (h.wrapping_mul(2_654_435_761).wrapping_add(t as u64)) & 0xffff_ffff;
+            h = (h.wrapping_mul(2_654_435_761).wrapping_add(u64::from(t))) & 0xffff_ffff;
         }
         let lcg = Poly::new(LCG_FACTOR, tokens.len());
         assert_eq!(low32(lcg.hash(tokens)), low32(h));
-        assert_eq!(slot(lcg.hash(tokens)), low32(h) as usize % KEY_MAP_SIZE);
+        assert_eq!(slot(lcg.hash(tokens)), ix32(low32(h)) % KEY_MAP_SIZE);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::drafter::{DraftLimits, Drafter};
 use crate::index::low32;
 use crate::index::poly::Poly;
+use crate::int::{float, high32, wide};
 use crate::limits::check_pool_size;
 use crate::token::Token;
 use crate::Error;
@@ -100,11 +101,11 @@ impl NgramPool {
                 what: "ngram-mod pool",
                 bytes: size.saturating_mul(std::mem::size_of::<AtomicU64>()),
             })?;
-        cells.extend((0..size).map(|_| AtomicU64::new(EMPTY as u64)));
+        cells.extend((0..size).map(|_| AtomicU64::new(u64::from(EMPTY))));
         Ok(NgramPool {
             cells: cells.into_boxed_slice(),
             generation: AtomicU32::new(0),
-            mask: size.is_power_of_two().then_some(size as u64 - 1),
+            mask: size.is_power_of_two().then_some(wide(size) - 1),
             used: AtomicUsize::new(0),
             resets_occupancy: AtomicU64::new(0),
             resets_low_acceptance: AtomicU64::new(0),
@@ -141,7 +142,7 @@ impl NgramPool {
     fn cell_of(&self, h: u64) -> usize {
         match self.mask {
             Some(mask) => h & mask,
-            None => h % self.cells.len() as u64,
+            None => h % wide(self.cells.len()),
         }
         // Below the cell count: it fits (no check is left on 64-bit targets).
         .try_into()
@@ -151,7 +152,7 @@ impl NgramPool {
     #[inline(always)]
     fn load(&self, cell: usize, generation: u32) -> Token {
         let word = self.cells[cell].load(Relaxed);
-        if (word >> 32) as u32 == generation {
+        if high32(word) == generation {
             low32(word)
         } else {
             EMPTY
@@ -165,8 +166,8 @@ impl NgramPool {
         // A plain load and store, not a swap: racing writers may both count a
         // cell as new, which only makes the occupancy reset come earlier.
         let word = c.load(Relaxed);
-        let was_empty = (word >> 32) as u32 != generation || low32(word) == EMPTY;
-        c.store(((generation as u64) << 32) | next as u64, Relaxed);
+        let was_empty = high32(word) != generation || low32(word) == EMPTY;
+        c.store((u64::from(generation) << 32) | u64::from(next), Relaxed);
         was_empty
     }
 
@@ -220,14 +221,14 @@ impl NgramPool {
             // The generation wrapped to 0, which old cells may still carry:
             // clear eagerly, once every 2^32 resets.
             for c in self.cells.iter() {
-                c.store(EMPTY as u64, Relaxed);
+                c.store(u64::from(EMPTY), Relaxed);
             }
         }
         self.used.store(0, Relaxed);
     }
 
     fn occupancy(&self) -> f64 {
-        self.used() as f64 / self.size() as f64
+        float(self.used()) / float(self.size())
     }
 }
 

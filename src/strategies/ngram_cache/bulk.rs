@@ -1,5 +1,6 @@
 //! Learning: llama.cpp's update, and the bulk path for long runs of 1-grams.
 
+use crate::int::ix32;
 use std::collections::HashMap;
 
 use super::followers::INDEXED_PART;
@@ -23,7 +24,7 @@ fn radix_sort_top_bits(items: &mut Vec<(u64, u32)>) {
     let mut out = vec![(0u64, 0u32); items.len()];
     for pass in 0..2 {
         let shift = RADIX_SHIFT + pass * RADIX_BITS;
-        let digit = |h: u64| ((h >> shift) & ((1 << RADIX_BITS) - 1)) as usize;
+        let digit = |h: u64| crate::int::ix((h >> shift) & ((1 << RADIX_BITS) - 1));
         let mut at = vec![0usize; 1 << RADIX_BITS];
         for &(h, _) in items.iter() {
             at[digit(h)] += 1;
@@ -124,7 +125,7 @@ impl LookupCache {
     ///
     /// With 2^32 - 1 tokens or more (`update` learns those one by one).
     pub(super) fn update_bulk(&mut self, tokens: &[Token], size: usize, from: usize) {
-        let key_at = |p: u32| key_of(&tokens[p as usize - size..p as usize]);
+        let key_at = |p: u32| key_of(&tokens[ix32(p) - size..ix32(p)]);
         // (hash, position), stably sorted by the hash's top bits: equal keys
         // become neighbours, in position order.
         let positions = Idx::must(from).get()..Idx::must(tokens.len()).get();
@@ -159,7 +160,7 @@ impl LookupCache {
                 let start = followers.len();
                 slot_of.clear();
                 while g < run_items.len() && key_at(run_items[g].1) == key {
-                    let token = tokens[run_items[g].1 as usize];
+                    let token = tokens[ix32(run_items[g].1)];
                     count_follower(&mut followers, start, &mut slot_of, token);
                     g += 1;
                 }

@@ -33,12 +33,12 @@ pub(super) fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
     let Some(ps) = ps.filter(|p| p.len() > 0) else {
         return part.best();
     };
-    let weight = |t: Token| ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64);
+    let weight = |t: Token| ps.find(t).map_or(1, |j| 100 * i64::from(ps.count(j)));
     let better = |(s, i): (i64, usize), (bs, bi): (i64, usize)| s > bs || (s == bs && i > bi);
     let scan = || {
         let mut best = (i64::MIN, 0);
         for (i, (t, c)) in part.iter().enumerate() {
-            let cand = (c as i64 * weight(t), i);
+            let cand = (i64::from(c) * weight(t), i);
             if better(cand, best) {
                 best = cand;
             }
@@ -54,10 +54,10 @@ pub(super) fn winner(part: PartRef<'_>, ps: Option<PartRef<'_>>) -> usize {
     if ps.find(part.token(top)).is_some() {
         return scan();
     }
-    let mut best = (part.count(top) as i64, top);
+    let mut best = (i64::from(part.count(top)), top);
     for (t, sc) in ps.iter() {
         if let Some(i) = part.find(t) {
-            let cand = (part.count(i) as i64 * 100 * sc as i64, i);
+            let cand = (i64::from(part.count(i)) * 100 * i64::from(sc), i);
             if better(cand, best) {
                 best = cand;
             }
@@ -337,7 +337,7 @@ impl NgramCache {
                     (part.token(w), part.count(w), part.sum)
                 }
             };
-            let (count, sum) = (count as i64, sum as i64);
+            let (count, sum) = (i64::from(count), i64::from(sum));
             if sum < t.sample[s - 1] || 100 * count < t.pct[s - 1] * sum {
                 continue;
             }
@@ -422,7 +422,8 @@ impl Drafter for NgramCache {
             } else {
                 match ps {
                     Some(p)
-                        if p.sum >= 2 && 100 * p.count(p.best()) as i64 >= 50 * p.sum as i64 =>
+                        if p.sum >= 2
+                            && 100 * i64::from(p.count(p.best())) >= 50 * i64::from(p.sum) =>
                     {
                         (p.token(p.best()), Source::Static)
                     }

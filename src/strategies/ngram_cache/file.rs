@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::table::LookupCache;
 use super::{hash_of, UNUSED};
+use crate::int::{ix32, wide};
 use crate::CacheFileProblem;
 use crate::Error;
 
@@ -21,7 +22,7 @@ impl LookupCache {
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<LookupCache, Error> {
         let bad = |offset: usize, problem: CacheFileProblem| Error::CacheFile {
             path: PathBuf::from(name),
-            offset: offset as u64,
+            offset: wide(offset),
             problem,
         };
         let word = |at: usize| -> Option<[u8; 4]> {
@@ -45,15 +46,15 @@ impl LookupCache {
             }
             at += 4;
             // (Saturating: a count too large for memory is a truncated record.)
-            let need = (n.unsigned_abs() as usize).saturating_mul(8);
+            let need = (ix32(n.unsigned_abs())).saturating_mul(8);
             if bytes.len() - at < need {
                 return Err(bad(
                     at,
                     CacheFileProblem::Truncated {
-                        record: record as u64,
+                        record: wide(record),
                         followers: n,
-                        need: need as u64,
-                        left: (bytes.len() - at) as u64,
+                        need: wide(need),
+                        left: wide(bytes.len() - at),
                     },
                 ));
             }

@@ -33,7 +33,7 @@ fn hash_of(key: &Key) -> u64 {
     let lo = u64::from(key[0]) | u64::from(key[1]) << 32;
     let hi = u64::from(key[2]) | u64::from(key[3]) << 32;
     let m = u128::from(lo ^ 0x243f_6a88_85a3_08d3) * u128::from(hi ^ 0x1319_8a2e_0370_7344);
-    ((m & 0xFFFF_FFFF_FFFF_FFFF) as u64) ^ ((m >> 64) as u64)
+    crate::int::fold128(m)
 }
 
 /// The table of `key`: the number of unused slots it ends with, 4 - size

@@ -1,5 +1,6 @@
 //! Unit tests of the tables, followers, bulk learning, files and drafter.
 
+use crate::int::wide;
 use std::path::PathBuf;
 
 use super::drafter::{winner, NgramCache};
@@ -88,7 +89,7 @@ fn static_weights_decide_and_match_a_scan() {
             .enumerate()
             .map(|(i, (t, c))| {
                 (
-                    c as i64 * ps.find(t).map_or(1, |j| 100 * ps.count(j) as i64),
+                    i64::from(c) * ps.find(t).map_or(1, |j| 100 * i64::from(ps.count(j))),
                     i,
                 )
             })
@@ -159,7 +160,7 @@ fn repetitive(len: usize) -> Vec<Token> {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        usize::try_from(rng % n as u64).unwrap()
+        usize::try_from(rng % wide(n)).unwrap()
     };
     let mut text: Vec<Token> = (0..len / 2)
         .map(|_| Token::try_from(next(50)).unwrap())

@@ -2,6 +2,7 @@
 //! table of cells calibrated online from the engine's verifications.
 
 use super::index::K;
+use crate::int::float64;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Vote-share buckets.
@@ -168,7 +169,7 @@ impl Calibration {
     /// raw estimate is `prior`.
     pub(super) fn probability(&self, cell: Cell, prior: f64) -> f64 {
         let c = self.counts(cell);
-        (c.accepted() as f64 + PRIOR_WEIGHT * prior) / (c.tried() as f64 + PRIOR_WEIGHT)
+        (float64(c.accepted()) + PRIOR_WEIGHT * prior) / (float64(c.tried()) + PRIOR_WEIGHT)
     }
 
     /// Counts one verification of a token in `cell`.
@@ -188,20 +189,19 @@ impl Calibration {
     pub(super) fn numbers(&self) -> impl Iterator<Item = [f64; 2]> + '_ {
         self.cells.iter().map(|c| {
             let c = Counts(c.load(Ordering::Relaxed));
-            [c.accepted() as f64, c.tried() as f64]
+            [float64(c.accepted()), float64(c.tried())]
         })
     }
 
     /// Sets the cells from pairs of whole, non-negative counts; false (and
     /// nothing set) when a pair is not one.
     pub(super) fn set(&self, pairs: &[f64]) -> bool {
-        let whole = |x: f64| x >= 0.0 && x < HALVE_AT as f64 && x.fract() == 0.0;
+        let whole = |x: f64| x >= 0.0 && x < float64(HALVE_AT) && x.fract() == 0.0;
         if pairs.len() != 2 * CELLS || !pairs.iter().all(|&x| whole(x)) {
             return false;
         }
         // Whole numbers in 0..2^30 (checked above): exact as integers.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let count = |x: f64| x as u64;
+        let count = crate::int::whole;
         for (c, p) in self.cells.iter().zip(pairs.chunks_exact(2)) {
             c.store(Counts::new(count(p[0]), count(p[1])).0, Ordering::Relaxed);
         }

@@ -8,7 +8,7 @@
 
 use crate::index::poly::Poly;
 use crate::index::{Roomy, FACTOR};
-use crate::int::{ix, small};
+use crate::int::{high32, ix, ix32, small, wide};
 use crate::token::Token;
 
 /// Context orders indexed, longest last.
@@ -41,7 +41,7 @@ pub(super) const STEPS: usize = 32;
 /// (each order has its own buckets, so the order need not enter).
 #[inline]
 pub(super) fn tag_of(hash: u64) -> u32 {
-    ((hash.wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 32) as u32
+    high32(hash.wrapping_mul(0xD6E8_FEB8_6659_FD93))
 }
 
 /// The rolling hashes of every order.
@@ -74,7 +74,7 @@ impl Hasher {
         let have = len.wrapping_sub(floor);
         let t = at(len.wrapping_sub(1));
         for (o, &k) in ORDERS.iter().enumerate() {
-            let k = k as u64;
+            let k = wide(k);
             if have > k {
                 rolling[o] = self.polys[o].roll(rolling[o], at(len.wrapping_sub(k + 1)), t);
             } else if have == k {
@@ -128,7 +128,7 @@ pub(super) fn occurrences<C: Chains>(
     tag: u32,
     mut found: impl FnMut(u64) -> bool,
 ) {
-    let k = ORDERS[o] as u64;
+    let k = wide(ORDERS[o]);
     let (end, floor) = (c.end(), c.floor());
     let mut next = c.first(o, tag);
     for _ in 0..STEPS {
@@ -165,7 +165,7 @@ pub(super) fn match_len<C: Chains>(
     let room = ix((p - c.floor().min(p)).min(vlen - vfloor.min(vlen)));
     let limit = MAX_MATCH.min(room);
     let mut m = 0;
-    while m < limit && c.token(p - 1 - m as u64) == v(vlen - 1 - m as u64) {
+    while m < limit && c.token(p - 1 - wide(m)) == v(vlen - 1 - wide(m)) {
         m += 1;
     }
     m
@@ -221,7 +221,7 @@ impl SeqIndex {
 
     /// The tokens held, oldest first, from logical position `from`.
     pub(super) fn tokens_from(&self, from: u64) -> &[Token] {
-        let at = ix(from.saturating_sub(self.base).min(self.stream.len() as u64));
+        let at = ix(from.saturating_sub(self.base).min(wide(self.stream.len())));
         &self.stream[at..]
     }
 
@@ -235,7 +235,7 @@ impl SeqIndex {
 
     /// Forgets everything; logical positions go on from where they were.
     pub(super) fn clear(&mut self) {
-        self.base += self.stream.len() as u64;
+        self.base += wide(self.stream.len());
         self.stream.clear();
         self.links.clear();
         for heads in &mut self.heads {
@@ -244,7 +244,7 @@ impl SeqIndex {
     }
 
     fn bucket(&self, tag: u32) -> usize {
-        (tag >> (32 - self.bits)) as usize
+        ix32(tag >> (32 - self.bits))
     }
 
     /// Appends `tokens` and indexes the contexts ending after each.
@@ -292,7 +292,7 @@ impl SeqIndex {
             match window {
                 // The steady state: every order rolls, from one fixed window.
                 Some(window) => hasher.roll_window(&mut self.rolling, window),
-                None => hasher.roll(&mut self.rolling, 0, len as u64, |j| stream[ix(j)]),
+                None => hasher.roll(&mut self.rolling, 0, wide(len), |j| stream[ix(j)]),
             }
             let mut entry = [(0, NONE); K];
             let e = small(len);
@@ -301,7 +301,7 @@ impl SeqIndex {
                     continue;
                 }
                 let tag = tag_of(self.rolling[o]);
-                if let Some(head) = heads.get_mut((tag >> shift) as usize) {
+                if let Some(head) = heads.get_mut(ix32(tag >> shift)) {
                     entry[o] = (tag, *head);
                     *head = e;
                 }
@@ -316,7 +316,7 @@ impl SeqIndex {
         let keep = (self.capacity / 2).min(self.capacity - incoming);
         let kept: Vec<Token> = self.stream[self.stream.len() - keep..].to_vec();
         self.clear();
-        self.base -= keep as u64;
+        self.base -= wide(keep);
         self.grow(kept.len());
         self.stream.extend_from_slice(&kept);
         self.index_from(hasher, 0);
@@ -342,7 +342,7 @@ impl SeqIndex {
         for (e, entry) in (1..).zip(self.links.iter_mut()) {
             for (o, &k) in ORDERS.iter().enumerate() {
                 if e >= k {
-                    let b = (entry[o].0 >> shift) as usize;
+                    let b = ix32(entry[o].0 >> shift);
                     entry[o].1 = self.heads[o][b];
                     self.heads[o][b] = small(e);
                 }
@@ -354,7 +354,7 @@ impl SeqIndex {
 impl Chains for SeqIndex {
     #[inline]
     fn end(&self) -> u64 {
-        self.base + self.stream.len() as u64
+        self.base + wide(self.stream.len())
     }
     #[inline]
     fn floor(&self) -> u64 {

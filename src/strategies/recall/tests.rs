@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::index::low32;
-use crate::int::ix;
+use crate::int::{ix, wide};
 use calibrate::Lean;
 use index::{Chains, Hasher, SeqIndex};
 use learner::SYNC_EVERY;
@@ -221,7 +221,7 @@ fn phrase_text(seed: u64, phrases: usize, len: usize) -> Vec<Token> {
         .collect();
     let mut text = Vec::with_capacity(len + 20);
     while text.len() < len {
-        text.extend_from_slice(&book[ix(next(phrases as u64))]);
+        text.extend_from_slice(&book[ix(next(wide(phrases)))]);
     }
     text.truncate(len);
     text
@@ -308,7 +308,7 @@ fn publishing_from_the_own_index_builds_the_hashed_memory() {
             let range = copied.append_own(&own, from, to, true).unwrap();
             // What the hashed path is given: the (newest) tokens that fit,
             // after up to 16 tokens before them.
-            let from = from.max(to.saturating_sub(hashed.capacity() as u64));
+            let from = from.max(to.saturating_sub(wide(hashed.capacity())));
             let before = from - (from - floor).min(16);
             let held = own.tokens_from(before);
             let (context, tokens) = held[..ix(to - before)].split_at(ix(from - before));
@@ -317,7 +317,7 @@ fn publishing_from_the_own_index_builds_the_hashed_memory() {
                 range.start,
                 "case {case}"
             );
-            assert_eq!(range.end - range.start, tokens.len() as u64, "case {case}");
+            assert_eq!(range.end - range.start, wide(tokens.len()), "case {case}");
         }
         let (mut sc, mut sh) = (copied.snapshot(), hashed.snapshot());
         let (vc, vh) = (copied.view(&mut sc), hashed.view(&mut sh));
@@ -372,7 +372,7 @@ fn an_export_from_any_position_is_every_local_run_after_it() {
             at += len;
         }
         let end = memory.appended();
-        let floor = end - memory.len() as u64;
+        let floor = end - wide(memory.len());
         assert!(floor > 0, "seed {seed}: the memory wrapped");
         let mut froms: Vec<u64> = runs.iter().flat_map(|r| [r.0, r.0 + 1, r.1 - 1]).collect();
         froms.extend([0, floor, end, end + 5]);

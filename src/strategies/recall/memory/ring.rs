@@ -27,7 +27,7 @@ use crate::index::{each_position_in, low32};
 use crate::sync::{read_arc, write_arc, Arc, AtomicU32, AtomicU64, Ordering, RwLock};
 use crate::token::Token;
 
-use crate::int::ix;
+use crate::int::{ix, wide};
 
 use super::super::index::{Chains, K, MAX_LOAD, MIN_BITS, ORDERS};
 
@@ -50,7 +50,7 @@ impl Chunk {
     fn new() -> Chunk {
         Chunk {
             tokens: (0..CHUNK).map(|_| AtomicU32::new(0)).collect(),
-            links: (0..CHUNK * K as u64).map(|_| AtomicU64::new(0)).collect(),
+            links: (0..CHUNK * wide(K)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -145,7 +145,7 @@ impl Ring {
             heads: atomics32(K << MIN_BITS),
             chunks: Vec::new(),
         };
-        let table_bytes = AtomicU64::new(crate::int::wide(tables.bytes()));
+        let table_bytes = AtomicU64::new(wide(tables.bytes()));
         Ring {
             capacity,
             end: AtomicU64::new(0),
@@ -232,7 +232,7 @@ impl Ring {
         let held = batch.end.min(self.capacity);
         let chunks = ix(held.div_ceil(CHUNK));
         let max_bits = (self.capacity / 2).trailing_zeros().max(MIN_BITS);
-        let bits = if may_grow && held > crate::int::wide(MAX_LOAD) << tables.bits {
+        let bits = if may_grow && held > wide(MAX_LOAD) << tables.bits {
             (held.next_power_of_two() / 2)
                 .trailing_zeros()
                 .clamp(MIN_BITS, max_bits)
@@ -258,7 +258,7 @@ impl Ring {
         write_arc(&self.tables, Arc::clone(&next));
         self.generation.fetch_add(1, Ordering::Release);
         self.table_bytes
-            .store(crate::int::wide(next.bytes()), Ordering::Relaxed);
+            .store(wide(next.bytes()), Ordering::Relaxed);
         batch.tables = next;
         batch.grew = true;
     }
@@ -312,7 +312,7 @@ impl Ring {
         chunk.tokens[at].store(t, Ordering::Relaxed);
         for (o, &k) in ORDERS.iter().enumerate() {
             let cell = &chunk.links[at * K + o];
-            match tag(o, crate::int::wide(k)) {
+            match tag(o, wide(k)) {
                 // The link is visible to whoever sees the head.
                 Some(tag) => tables.chain_front(o, tag, p, cell, Ordering::Release),
                 None => cell.store(0, Ordering::Relaxed),
@@ -369,10 +369,10 @@ impl View<'_> {
                 |t| t.load(Ordering::Relaxed),
                 token,
                 |i| {
-                    found(p + crate::int::wide(i));
+                    found(p + wide(i));
                 },
             );
-            p += crate::int::wide(n);
+            p += wide(n);
         }
     }
 
