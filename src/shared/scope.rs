@@ -13,6 +13,8 @@ use crate::sync::{self, lock_std};
 /// least recently used one is found without a walk over all of them).
 #[derive(Debug, Default)]
 pub(super) struct Scopes {
+    /// (std's randomly keyed hasher, not the crate's fixed-key `FastHash`:
+    /// the names come from clients.)
     pub(super) by_name: HashMap<Box<str>, Arc<Scope>>,
     /// Each scope's last use (a tick of the engine's clock) to its name.
     pub(super) by_use: BTreeMap<u64, Box<str>>,
