@@ -3,17 +3,18 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::{Config, Strategy};
 use crate::drafter::{DraftLimits, Drafter};
 use crate::stats::DrafterStats;
-use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimple, Recall};
+use crate::strategies::NgramPool;
 use crate::token::Token;
-use crate::{Error, Shared};
+use crate::Error;
 
-mod misuse;
+mod build;
+mod contract;
 mod owned;
 
-use misuse::Expect;
+use contract::Contract;
+use owned::OwnedHistory;
 
 /// Drafts for one sequence: llama.cpp's `common_speculative`.
 ///
@@ -46,210 +47,15 @@ pub struct Speculative {
     /// The drafter of the last non-empty draft (kept after `accept`).
     source: Option<usize>,
     draft: Vec<Token>,
-    /// What the next `draft` call's history should look like (see [`Expect`]).
-    expect: Option<Expect>,
-    /// A misuse was reported since the last `begin`.
-    misuse_reported: bool,
-    /// Sequences (spans between `begin` calls) in which a misuse was reported.
-    misuses: u64,
+    /// The history contract: what the next `draft` call's history should
+    /// be, and the mistakes seen.
+    contract: Contract,
     /// The owned history ([`Speculative::draft_next`]): empty for engines
     /// that pass their own slices.
-    history: Vec<Token>,
-    /// The pending draft came from `draft_next`: `accept` appends its
-    /// accepted tokens to `history`.
-    owned_draft: bool,
-    /// The last `draft_next` draft in `i32` ids.
-    draft_ids: Vec<i32>,
+    owned: OwnedHistory,
 }
 
 impl Speculative {
-    /// Builds the chain `config` describes, with a new ngram-mod pool of
-    /// `config.pool_size` cells if the chain has ngram-mod.
-    ///
-    /// # Errors
-    ///
-    /// what [`Config::validate`] finds, or [`Error::CacheFile`] for an ngram-cache file that cannot
-    /// be loaded.
-    pub fn new(config: &Config) -> Result<Speculative, Error> {
-        config.validate()?;
-        Speculative::build(config, &Shared::unchecked(config), false)
-    }
-
-    /// The chain `config` describes on the engine-wide state `shared`: every
-    /// ngram-mod strategy uses its pool and recall its memory, so that what
-    /// one sequence learns serves all. Build one per sequence or per request,
-    /// on any thread; end each request with
-    /// [`end_request`](Speculative::end_request).
-    ///
-    /// ```
-    /// use selfspec::{Config, Shared, Speculative};
-    ///
-    /// let config = Config::recommended();
-    /// let shared = Shared::new(&config)?;                  // once per engine
-    /// let mut spec = Speculative::with_shared(&config, &shared)?; // per request
-    /// # Ok::<(), selfspec::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// An invalid `config` ([`Config::validate`]), an unreadable cache file
-    /// of ngram-cache, or [`Error::PoolSizeMismatch`] when the chain has
-    /// ngram-mod and `config.pool_size` is not the size of `shared`'s pool.
-    pub fn with_shared(config: &Config, shared: &Shared) -> Result<Speculative, Error> {
-        config.validate()?;
-        if config.uses_pool() && config.pool_size != shared.pool_size() {
-            return Err(Error::PoolSizeMismatch {
-                config: config.pool_size,
-                shared: shared.pool_size(),
-            });
-        }
-        shared.enforce_engine_budget();
-        Speculative::build(config, shared, true)
-    }
-
-    /// Builds the chain on `shared`; `engine_wide` when other sequences
-    /// read it.
-    fn build(config: &Config, shared: &Shared, engine_wide: bool) -> Result<Speculative, Error> {
-        let mut pool = None;
-        let mut drafters: Vec<Box<dyn Drafter>> = Vec::with_capacity(config.strategies.len());
-        for strategy in &config.strategies {
-            drafters.push(match *strategy {
-                Strategy::NgramSimple { n, m } => Box::new(NgramSimple::new(n, m)),
-                Strategy::NgramMapK { n, m } => Box::new(NgramMap::key_only(n, m)),
-                Strategy::NgramMapK4v { n, m, min_hits } => {
-                    Box::new(NgramMap::four_values(n, m, min_hits))
-                }
-                Strategy::NgramCache {
-                    ref static_cache,
-                    ref dynamic_cache,
-                } => Box::new(NgramCache::from_files(
-                    static_cache.as_deref(),
-                    dynamic_cache.as_deref(),
-                )?),
-                Strategy::NgramCacheLive {
-                    ref static_cache,
-                    ref dynamic_cache,
-                } => Box::new(
-                    NgramCache::from_files(static_cache.as_deref(), dynamic_cache.as_deref())?
-                        .live(),
-                ),
-                Strategy::Recall { threshold_permille } => Box::new(Recall::with_memory(
-                    threshold_permille as f64 / 1000.0,
-                    shared.recall_memory(),
-                    shared.budget().sequence,
-                    engine_wide,
-                )),
-                Strategy::NgramMod { n } => {
-                    let p = shared.pool()?;
-                    pool = Some(p.clone());
-                    Box::new(NgramMod::new(n, p))
-                }
-            });
-        }
-        let mut spec = Speculative::from_drafters(drafters, config.limits())?;
-        spec.pool = pool;
-        Ok(spec)
-    }
-
-    /// A chain of arbitrary drafters (this crate's, an engine's own, a draft
-    /// model) in priority order, with the engine's limits.
-    ///
-    /// Errors on an empty chain or limits outside `1 <= max <= MAX_DRAFT`, `min <= max`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::EmptyChain`], or what [`DraftLimits::validate`] finds.
-    pub fn from_drafters(
-        drafters: Vec<Box<dyn Drafter>>,
-        limits: DraftLimits,
-    ) -> Result<Speculative, Error> {
-        if drafters.is_empty() {
-            return Err(Error::EmptyChain);
-        }
-        limits.validate()?;
-        let stats = drafters
-            .iter()
-            .map(|d| DrafterStats::new(d.name()))
-            .collect();
-        Ok(Speculative {
-            drafters,
-            stats,
-            limits,
-            pool: None,
-            current: None,
-            source: None,
-            draft: Vec::with_capacity(limits.max),
-            expect: None,
-            misuse_reported: false,
-            misuses: 0,
-            history: Vec::new(),
-            owned_draft: false,
-            draft_ids: Vec::new(),
-        })
-    }
-
-    /// A copy that continues from this one's state, for a sequence that
-    /// branches from this one: parallel sampling (`n > 1`), beam search, an
-    /// agent's fan-out. On the same calls the fork drafts as this instance
-    /// would; nothing is re-indexed (each strategy copies its state: the cost
-    /// of a memory copy of its indexes, not of indexing the history again).
-    /// Shared state stays shared (ngram-mod's pool, recall's engine-wide
-    /// memory; a recall fork publishes only the tokens its branch adds, and
-    /// leaves the selector steps its parent has not merged yet to the
-    /// parent: forked mid-request, it drafts as the parent until its first
-    /// merge of learned steps; forked right after `begin`, exactly). The
-    /// pending draft and the owned history ([`draft_next`](Speculative::draft_next))
-    /// are copied; the fork's counters start at zero (so that the statistics
-    /// of all branches add up), as does its [`misuse_count`](Speculative::misuse_count).
-    ///
-    /// `None` when a drafter of the chain cannot fork ([`Drafter::fork`]: an
-    /// engine's own drafter that does not implement it); every strategy of
-    /// this crate can.
-    ///
-    /// ```
-    /// use selfspec::{Config, Shared, Speculative};
-    ///
-    /// let config = Config::recommended();
-    /// let shared = Shared::new(&config)?;
-    /// let prompt: Vec<u32> = (0..400).map(|i| i % 50).collect();
-    /// let mut parent = Speculative::with_shared(&config, &shared)?;
-    /// parent.begin(&prompt);
-    /// // Two samples of the same prompt: the second branch forks the first.
-    /// let mut child = parent.fork().expect("selfspec's strategies fork");
-    /// assert_eq!(child.draft(&prompt, 0), parent.draft(&prompt, 0));
-    /// # Ok::<(), selfspec::Error>(())
-    /// ```
-    #[must_use]
-    pub fn fork(&self) -> Option<Speculative> {
-        let drafters = self
-            .drafters
-            .iter()
-            .map(|d| d.fork())
-            .collect::<Option<Vec<_>>>()?;
-        let stats = self
-            .stats
-            .iter()
-            .map(|s| DrafterStats::new(s.name.clone()))
-            .collect();
-        let mut draft = Vec::with_capacity(self.limits.max);
-        draft.extend_from_slice(&self.draft);
-        Some(Speculative {
-            drafters,
-            stats,
-            limits: self.limits,
-            pool: self.pool.clone(),
-            current: self.current,
-            source: self.source,
-            draft,
-            expect: self.expect,
-            misuse_reported: false,
-            misuses: 0,
-            history: self.history.clone(),
-            owned_draft: self.owned_draft,
-            draft_ids: self.draft_ids.clone(),
-        })
-    }
-
     /// The engine limits this instance enforces.
     #[must_use]
     pub fn limits(&self) -> DraftLimits {
@@ -266,22 +72,16 @@ impl Speculative {
     ///
     /// Clears the owned history of [`begin_owned`](Speculative::begin_owned).
     pub fn begin(&mut self, prompt: &[Token]) {
-        self.history.clear();
+        self.owned.clear();
         self.begin_drafters(prompt);
     }
 
     /// [`begin`](Speculative::begin) without touching the owned history.
     fn begin_drafters(&mut self, prompt: &[Token]) {
-        self.owned_draft = false;
+        self.owned.external_draft();
         tracing::debug!(target: "selfspec", prompt = prompt.len(), "begin");
         self.current = None;
-        self.misuse_reported = false;
-        self.expect = Some(Expect {
-            base: prompt.len(),
-            base_tail: prompt.last().copied(),
-            last: None,
-            accepted: 0,
-        });
+        self.contract.begin(prompt);
         for (drafter, stats) in self.drafters.iter_mut().zip(&mut self.stats) {
             let t = Instant::now();
             drafter.begin(prompt);
@@ -302,11 +102,13 @@ impl Speculative {
     /// After `begin(prompt)` the first history is `prompt`; after a call
     /// `draft(history, last)` and `accept(n)`, the next history is
     /// `history + [last] + draft[..n]` (`n` = 0 without `accept`), and the new
-    /// `last` is not in it. Two mistakes break every strategy without an
-    /// error, so they are reported: a history that already ends with the new
-    /// `last` (drafts collapse to about one token per forward pass and calls
-    /// get much slower), and a history that did not grow by `last` and the
-    /// accepted tokens. Either is logged once per sequence (until the next
+    /// `last` is not in it. Two mistakes in the history break every strategy
+    /// without an error, so they are reported: a history that already ends
+    /// with the new `last` (drafts collapse to about one token per forward
+    /// pass and calls get much slower), and a history that did not grow by
+    /// `last` and the accepted tokens. (The third mistake reported is
+    /// [`accept`](Speculative::accept)'s: more tokens than the draft had.)
+    /// Each is logged once per sequence (until the next
     /// [`begin`](Speculative::begin)) through `tracing::warn!` (target
     /// `selfspec`) and counted in [`misuse_count`](Speculative::misuse_count).
     /// Legitimate rewrites stay quiet: a new `begin`, a history that shrinks
@@ -343,7 +145,7 @@ impl Speculative {
     /// # Ok::<(), selfspec::Error>(())
     /// ```
     pub fn draft(&mut self, history: &[Token], last: Token) -> &[Token] {
-        self.owned_draft = false;
+        self.owned.external_draft();
         self.draft_from(history, last);
         &self.draft
     }
@@ -351,7 +153,7 @@ impl Speculative {
     /// The drafting step of [`draft`](Speculative::draft) and
     /// [`draft_next`](Speculative::draft_next).
     fn draft_from(&mut self, history: &[Token], last: Token) {
-        self.check_history(history, last);
+        self.contract.draft(history, last, &self.draft);
         self.current = None;
         self.source = None;
         self.draft.clear();
@@ -390,27 +192,14 @@ impl Speculative {
         let Some(i) = self.current.take() else {
             return;
         };
-        if n_accepted > self.draft.len() {
-            self.report(
-                misuse::Misuse::AcceptedMore,
-                self.draft.len(),
-                n_accepted,
-                0,
-            );
-        }
-        let n_accepted = n_accepted.min(self.draft.len());
-        if let Some(expect) = &mut self.expect {
-            expect.accepted = n_accepted;
-        }
+        let n_accepted = self.contract.accept(self.draft.len(), n_accepted);
         if n_accepted == 0 {
             // Still the current drafter's turn: a later non-zero accept of the
             // same draft is forwarded.
             self.current = Some(i);
             return;
         }
-        if self.owned_draft {
-            self.history.extend_from_slice(&self.draft[..n_accepted]);
-        }
+        self.owned.accepted(&self.draft, n_accepted);
         let stats = &mut self.stats[i];
         tracing::trace!(target: "selfspec", drafter = %stats.name, n_accepted, "accept");
         let t = Instant::now();
@@ -423,7 +212,7 @@ impl Speculative {
 
     /// The current request has ended: each drafter hands what it learned
     /// from it to the engine-wide state (recall publishes the request's
-    /// tokens to the [`Shared`] memory, where later requests on any thread
+    /// tokens to the [`Shared`](crate::Shared) memory, where later requests on any thread
     /// draft from them). A pending draft is dropped; the next request starts
     /// with [`begin`](Speculative::begin) (which also ends a request not
     /// ended yet).
@@ -531,7 +320,8 @@ impl Speculative {
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.drafters.iter().map(|d| d.heap_bytes()).sum::<usize>()
-            + (self.draft.capacity() + self.history.capacity() + self.draft_ids.capacity()) * 4
+            + self.draft.capacity() * 4
+            + self.owned.heap_bytes()
     }
 
     /// The `i`-th drafter of the chain (see [`Drafter::as_any`] to reach the
@@ -552,7 +342,18 @@ impl Speculative {
         for s in &mut self.stats {
             *s = DrafterStats::new(std::mem::take(&mut s.name));
         }
-        self.misuses = 0;
+        self.contract.reset_count();
+    }
+
+    /// Sequences (spans between [`begin`](Speculative::begin) calls) in which
+    /// [`draft`](Speculative::draft) saw a history that breaks its contract
+    /// (`last` already included, or the accepted tokens not appended), or
+    /// [`accept`](Speculative::accept) got more tokens than the draft had;
+    /// each was also logged once through `tracing::warn!`. Cleared by
+    /// [`reset_stats`](Speculative::reset_stats).
+    #[must_use]
+    pub fn misuse_count(&self) -> u64 {
+        self.contract.misuses()
     }
 
     /// Logs every statistics line at `info` level through `tracing`.

@@ -1,8 +1,48 @@
-//! The owned-history API: the `Speculative` keeps the history itself, for
-//! engines whose ids are `i32` or that hold no `&[u32]` history.
+//! The owned-history mode ([`OwnedHistory`]): the `Speculative` keeps the
+//! history itself, for engines whose ids are `i32` or that hold no `&[u32]`
+//! history.
 
 use super::Speculative;
 use crate::token::{IntoToken, Token};
+
+/// The history a [`Speculative`] keeps for the engine in the owned-history
+/// mode: the prompt of `begin_owned`, then each `draft_next`'s `last` and the
+/// accepted draft tokens. Empty, and never touched by the drafting path,
+/// for engines that pass their own histories to `draft`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct OwnedHistory {
+    tokens: Vec<Token>,
+    /// The pending draft came from `draft_next`: `accept` appends its
+    /// accepted tokens.
+    pending: bool,
+    /// The last `draft_next` draft in `i32` ids.
+    ids: Vec<i32>,
+}
+
+impl OwnedHistory {
+    /// Forgets the history (keeping its buffer).
+    pub(super) fn clear(&mut self) {
+        self.tokens.clear();
+    }
+
+    /// A `draft` call on the engine's own history: nothing to append on
+    /// `accept`.
+    pub(super) fn external_draft(&mut self) {
+        self.pending = false;
+    }
+
+    /// The first `n` tokens of `draft` were accepted.
+    pub(super) fn accepted(&mut self, draft: &[Token], n: usize) {
+        if self.pending {
+            self.tokens.extend_from_slice(&draft[..n]);
+        }
+    }
+
+    /// Heap bytes of the history and the id buffer.
+    pub(super) fn heap_bytes(&self) -> usize {
+        (self.tokens.capacity() + self.ids.capacity()) * 4
+    }
+}
 
 impl Speculative {
     /// A new request starts with `prompt`, and this instance keeps the
@@ -50,11 +90,11 @@ impl Speculative {
     /// # Ok::<(), selfspec::Error>(())
     /// ```
     pub fn begin_owned<T: IntoToken>(&mut self, prompt: impl IntoIterator<Item = T>) {
-        let mut history = std::mem::take(&mut self.history);
+        let mut history = std::mem::take(&mut self.owned.tokens);
         history.clear();
         history.extend(prompt.into_iter().map(IntoToken::into_token));
         self.begin_drafters(&history);
-        self.history = history;
+        self.owned.tokens = history;
     }
 
     /// Appends tokens the target has evaluated to the owned history (see
@@ -63,14 +103,15 @@ impl Speculative {
     /// for `last` and the accepted draft tokens: [`draft_next`](Speculative::draft_next)
     /// and [`accept`](Speculative::accept) append those.
     pub fn extend_history<T: IntoToken>(&mut self, tokens: impl IntoIterator<Item = T>) {
-        self.history
+        self.owned
+            .tokens
             .extend(tokens.into_iter().map(IntoToken::into_token));
     }
 
     /// Cuts the owned history back to its first `len` tokens (a rollback of
     /// the target's cache); nothing happens when it is not longer.
     pub fn truncate_history(&mut self, len: usize) {
-        self.history.truncate(len);
+        self.owned.tokens.truncate(len);
     }
 
     /// The owned history: the prompt of [`begin_owned`](Speculative::begin_owned),
@@ -79,7 +120,7 @@ impl Speculative {
     /// histories to [`draft`](Speculative::draft).
     #[must_use]
     pub fn history(&self) -> &[Token] {
-        &self.history
+        &self.owned.tokens
     }
 
     /// [`draft`](Speculative::draft) on the owned history (see
@@ -92,11 +133,11 @@ impl Speculative {
     /// buffer that is reused, so a warm call does not allocate).
     pub fn draft_next<T: IntoToken>(&mut self, last: T) -> &[T::Id] {
         let last = last.into_token();
-        let history = std::mem::take(&mut self.history);
+        let history = std::mem::take(&mut self.owned.tokens);
         self.draft_from(&history, last);
-        self.history = history;
-        self.history.push(last);
-        self.owned_draft = true;
-        T::ids(&self.draft, &mut self.draft_ids)
+        self.owned.tokens = history;
+        self.owned.tokens.push(last);
+        self.owned.pending = true;
+        T::ids(&self.draft, &mut self.owned.ids)
     }
 }
