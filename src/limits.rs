@@ -67,10 +67,9 @@ pub const N_DRAFT: usize = 8;
 
 /// Tokens learned that `ngram-cache-live`'s context cache holds at most by
 /// default (see [`NgramCache::with_budget`](crate::strategies::NgramCache::with_budget)).
-/// Measured with `heap_bytes` (`eval/tests/memory.rs`): about 23 bytes per
-/// token learned of text-like history (which repeats its n-grams), so about
-/// 25 MiB at the budget, and about 200 bytes per token of unrelated random
-/// sessions (every n-gram new), at most about 210 MiB. The reference
+/// What it holds per token learned: BENCHMARKS.md, "Memory" (text-like
+/// histories repeat their n-grams; unrelated random sessions, where every
+/// n-gram is new, cost several times more per token). The reference
 /// `ngram-cache`'s context cache has no budget: it grows with every token, as
 /// llama.cpp's.
 pub const LIVE_BUDGET: usize = 1 << 20;

@@ -71,8 +71,8 @@ pub(crate) fn key_at(tokens: &[Token], p: usize, head: &[Token], last: Token) ->
 /// Sixteen tokens at a time into a bit mask (the compiler turns the inner
 /// loop into vector compares), then one call per set bit: recall scans a
 /// 256-token window around each of its anchors on every draft after a
-/// rejection, and the token-at-a-time filter was a third of its draft call
-/// at a 128k history (callgrind).
+/// rejection, and a token-at-a-time filter was the largest part of its draft
+/// call (DESIGN.md, "The hot path and memory").
 #[inline]
 pub(crate) fn each_position_of(tokens: &[Token], token: Token, found: impl FnMut(usize)) {
     each_position_in(tokens, |&t| t, token, found);
@@ -112,9 +112,9 @@ pub(crate) fn each_position_in<T>(
 ///
 /// Eight tokens at a time as arrays (one vector compare each), then token by
 /// token: recall measures the match of every occurrence it votes with, most
-/// of them at least as long as the order that found them (up to 16), and
-/// the token-at-a-time loop was a fifth of its draft call (callgrind, 128k
-/// history).
+/// of them at least as long as the order that found them (up to 16), which
+/// a token-at-a-time loop made a large part of its draft call (DESIGN.md,
+/// "The hot path and memory").
 #[inline]
 pub(crate) fn common_suffix(a: &[Token], b: &[Token], max: usize) -> usize {
     const BLOCK: usize = 8;

@@ -218,13 +218,11 @@ impl Speculative {
     /// ended yet).
     ///
     /// It takes the memory's writer lock for as long as indexing the tokens
-    /// not yet published takes, about 0.2 µs a token. In flight, recall
-    /// publishes every 16 tokens, so that is usually the request's last few
-    /// tokens; a long prompt's indexing waits for the request's end, so a
-    /// request with a 16k-token prompt holds the lock for a few
-    /// milliseconds. Measured with the `engine_loop` tool on sample-agent
-    /// (prompts up to 16k tokens), one worker: median 0.5 µs, longest 3.3 ms
-    /// over 216 requests; on sample-code-edit: median 45 µs, longest 0.4 ms.
+    /// not yet published takes, in proportion to their number. In flight,
+    /// recall publishes every 16 tokens, so that is usually the request's
+    /// last few tokens; a long prompt's indexing waits for the request's
+    /// end, so a request with a long prompt holds the lock longest
+    /// (BENCHMARKS.md, "Request ends: how long `end_request` takes").
     /// Drafting threads never wait for it (they read without locks); other
     /// requests' `end_request` calls do. Dropping a `Speculative` without
     /// calling it publishes only if no other thread holds the lock at that

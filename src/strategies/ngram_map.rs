@@ -56,7 +56,8 @@ struct LastDraft {
 /// llama.cpp's `common_ngram_map`: `ngram-map-k` (keys only) and
 /// `ngram-map-k4v` (up to four values per key).
 ///
-/// See `SPEC.md` for the exact semantics; in short, a draft call looks the key
+/// The semantics are llama.cpp's, exactly (the golden traces check them
+/// draft for draft); in short, a draft call looks the key
 /// (last `n` tokens of `history ++ [last]`) up in a hash index of history
 /// positions (falling back to a scan of the not-yet-indexed part), keeps a
 /// record per distinct key, and drafts the `m` tokens after the match, capped by

@@ -4,7 +4,7 @@
 //!    the history extended, cut back, diverged or replaced; then draft / accept
 //!    steps on a growing history; `accept` with any count), the crate's chain
 //!    gives the same draft, from the same strategy, as the naive oracles of
-//!    `tests/oracle` written from SPEC.md.
+//!    `tests/oracle` (whole-history scans, no indexes).
 //! 2. Chaos: random `begin` / `draft` / `accept` sequences where the history
 //!    also changes without `begin`, ids span the whole `u32` range, and several
 //!    sequences share one pool. No panic, and every draft obeys the limits and

@@ -202,7 +202,7 @@ pub fn chaos(data: &[u8]) {
 }
 
 /// One sequence under the engine's contract, compared draft for draft with
-/// the naive oracles written from SPEC.md.
+/// the naive oracles of `tests/oracle`.
 pub fn differential(data: &[u8]) {
     let mut b = Bytes(data);
     let config = config(&mut b, false);

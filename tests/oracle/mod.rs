@@ -1,5 +1,6 @@
 //! Naive oracles: each reference strategy and the orchestrator written straight
-//! from `SPEC.md`, with whole-history scans and no indexes. The property tests
+//! from llama.cpp's rules (as the strategies' docs state them), with
+//! whole-history scans and no indexes. The property tests
 //! check the crate's indexed strategies against them (the memchr habit: every
 //! fast path checked against the obvious one).
 #![allow(dead_code)]
@@ -426,7 +427,7 @@ impl Oracle for Mod {
 
 // ---- ngram-cache (context cache only: no cache files) --------------------
 
-/// Lookup decoding as SPEC.md words it: parts as follower lists in insertion
+/// Lookup decoding as llama.cpp does it: parts as follower lists in insertion
 /// order, winners by scanning them, no entries, indexes or successor guesses.
 #[derive(Default)]
 pub struct Cache {

@@ -46,7 +46,7 @@ fn radix_sort_top_bits(items: &mut Vec<(u64, u32)>) {
 /// `followers` (a new one enters last): a scan while they are few, as in a
 /// part, then `slot_of` (token -> position), which holds them all once there
 /// are more than `INDEXED_PART` (a map for every follower made learning a
-/// 128k prompt ~15% slower).
+/// long prompt slower; DESIGN.md, "Why each index exists").
 fn count_follower(
     followers: &mut Vec<(Token, i32)>,
     start: usize,

@@ -70,10 +70,9 @@ fn share_bucket(share: f64) -> usize {
 /// `p` brings `p (1 - p)`) a session's lean is shrunk toward 0 with. A new
 /// session's few first verifications move it little; a session that keeps
 /// being accepted more (or less) than the engine-wide cells predict leans
-/// its way. Replayed at 1, 2 and 3 (DESIGN.md, "Tuned constants"): flat,
-/// every figure within 0.8% tau and 0.008 acceptance, on the samples alone
-/// and in the mixed file (code-edit there 13.90 / 13.82 / 13.83 in seq,
-/// against 13.18 without a lean).
+/// its way. Tuned: replayed at 1, 2 and 3 on the four samples and the mixed
+/// file, 2026-12-02, on the code that added the lean (DESIGN.md, "Tuned
+/// constants": flat).
 const LEAN_PRIOR: f64 = 2.0;
 /// The largest lean, in logits (an odds factor of about 20 either way).
 const LEAN_MAX: f64 = 3.0;
@@ -130,8 +129,8 @@ const HALVE_AT: u64 = 1 << 30;
 /// Accepted / tried per cell, engine-wide: every sequence reads and counts
 /// into the same cells, so that a new drafter starts calibrated and 32
 /// sequences in flight calibrate each other as they go (merging per-sequence
-/// counts every 64 draft calls instead cost 0.02-0.06 tau on the 32-slot
-/// replays: chat 1.469 vs 1.500, code 1.911 vs 1.981).
+/// counts every 64 draft calls instead drafted worse in 32 slots; DESIGN.md,
+/// "Engine-wide state and concurrency").
 #[derive(Debug)]
 pub(super) struct Calibration {
     /// Per cell: accepted (high 32 bits) and tried (low 32 bits).

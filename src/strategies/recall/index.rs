@@ -17,9 +17,9 @@ pub(super) const ORDERS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];
 pub(super) const K: usize = ORDERS.len();
 /// Contexts per bucket before the buckets grow. Small bucket arrays stay in
 /// cache, which matters more than the few extra chain steps (tags filter
-/// them): in the 128k benches a draft call took about 1.5 us with up to four
-/// contexts a bucket, 2.5 us with up to two and 6 us with 2^20 buckets; eight
-/// and sixteen measured the same as four within the machine's noise.
+/// them): the `draft/recall` benches at 128k were fastest at four (two and
+/// one bucket per context slower, eight and sixteen the same within noise;
+/// DESIGN.md, "Why each index exists").
 pub(super) const MAX_LOAD: usize = 4;
 /// Smallest bucket array, of a sequence's own index and of the engine-wide
 /// memory alike: 2^8 buckets per order (8 KiB in all), grown with what they
