@@ -6,15 +6,21 @@ use crate::int::float64;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Vote-share buckets.
+/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
+/// session lean; DESIGN.md, "Tuned constants").
 const SHARE_BUCKETS: usize = 6;
 /// Copy-pointer match-length buckets (0: the pointer does not agree).
 pub(super) const M_BUCKETS: usize = 6;
 /// How many occurrences voted: 1, 2-3, 4 or more.
+/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
+/// session lean; DESIGN.md, "Tuned constants").
 const SUPPORT_BUCKETS: usize = 3;
 /// Calibration cells: longest matching order x vote share x the copy
 /// pointer's match length when it agrees with the token x support.
 pub(super) const CELLS: usize = K * SHARE_BUCKETS * M_BUCKETS * SUPPORT_BUCKETS;
 /// Observations the prior of a calibration cell counts as.
+/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
+/// session lean; DESIGN.md, "Tuned constants").
 const PRIOR_WEIGHT: f64 = 4.0;
 
 /// A calibration cell's index.
@@ -75,6 +81,8 @@ fn share_bucket(share: f64) -> usize {
 /// constants": flat).
 const LEAN_PRIOR: f64 = 2.0;
 /// The largest lean, in logits (an odds factor of about 20 either way).
+/// Tuned on the samples' replays with the session lean (2026-12-02;
+/// DESIGN.md, "Tuned constants").
 const LEAN_MAX: f64 = 3.0;
 
 /// A session's offset on the engine-wide calibration, in logits.

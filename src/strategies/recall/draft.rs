@@ -13,6 +13,8 @@ use super::sources::{CopyCandidate, Pointer, Pos, Sources};
 use super::Recall;
 
 /// With a match this long, the copy pointer drafts without a vote.
+/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
+/// session lean; DESIGN.md, "Tuned constants").
 const COPY_MATCH: usize = 24;
 
 /// One draft call's loop state.
