@@ -10,7 +10,7 @@ use super::Shared;
 pub struct SharedStats {
     /// Tokens recall's memory holds now.
     pub memory_tokens: u64,
-    /// Tokens it can hold ([`Budget::memory`] / 96, a power of two).
+    /// Tokens it can hold ([`Budget::memory`](crate::Budget::memory) / 96, a power of two).
     pub memory_capacity: u64,
     /// Tokens published to it over its lifetime, forgotten ones included.
     pub tokens_published: u64,
