@@ -24,6 +24,7 @@ mod config;
 pub mod decode;
 mod error;
 pub mod gguf;
+mod kv;
 mod model;
 pub mod numerics;
 pub mod prompts;

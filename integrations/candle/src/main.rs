@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
-use selfspec_candle::{decode, numerics, GgufFile, Representation, TextTokenizer};
-use selfspec_conversations::{self as conv, Progress, Source, Tally};
+use selfspec_candle::{decode, numerics, GgufFile, Model, Representation, TextTokenizer};
+use selfspec_conversations::{self as conv, Conversation, Decoded, Progress, Source, Tally};
 
 const HELP: &str = "\
 usage: selfspec-candle [options]
@@ -150,16 +150,13 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(a)
 }
 
-fn run(args: &Args) -> Result<bool, String> {
-    let err = |e: selfspec_candle::Error| e.to_string();
-    let path = conv::model_path(args.gguf.clone()).map_err(|e| e.to_string())?;
-    let sources = if args.conversations.is_empty() {
-        conv::figure_set(&conv::default_data_dir())
-    } else {
-        args.conversations.clone()
-    };
-    let conversations = conv::load(&sources).map_err(|e| e.to_string())?;
+fn err(e: selfspec_candle::Error) -> String {
+    e.to_string()
+}
 
+/// The model and its tokenizer, as `args` say.
+fn load(args: &Args) -> Result<(Model, TextTokenizer), String> {
+    let path = conv::model_path(args.gguf.clone()).map_err(|e| e.to_string())?;
     let loading = Instant::now();
     let mut file = GgufFile::open(&path).map_err(err)?;
     let tokenizer = match &args.tokenizer {
@@ -167,7 +164,7 @@ fn run(args: &Args) -> Result<bool, String> {
         None => TextTokenizer::from_gguf(&file),
     }
     .map_err(err)?;
-    let mut model = file.model(args.weights).map_err(err)?;
+    let model = file.model(args.weights).map_err(err)?;
     let c = model.config();
     println!(
         "model: {} ({} layers, hidden {}, vocabulary {}, context {}), weights {}, loaded in {:.1} s",
@@ -179,7 +176,11 @@ fn run(args: &Args) -> Result<bool, String> {
         args.weights,
         loading.elapsed().as_secs_f64()
     );
+    Ok((model, tokenizer))
+}
 
+/// The drafting sets; `auto` token costs are measured once, on `model`.
+fn draft_sets(args: &Args, model: &mut Model) -> Result<Vec<DraftSet>, String> {
     let mut measured = None;
     let mut sets = Vec::new();
     for s in &args.sets {
@@ -191,7 +192,7 @@ fn run(args: &Args) -> Result<bool, String> {
             Cost::Auto => Some(match measured {
                 Some(x) => x,
                 None => {
-                    let x = decode::measure_token_cost(&mut model).map_err(err)?;
+                    let x = decode::measure_token_cost(model).map_err(err)?;
                     println!("measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)");
                     measured = Some(x);
                     x
@@ -199,25 +200,35 @@ fn run(args: &Args) -> Result<bool, String> {
             }),
         };
         let mut label = conv::strategy_label(&s.strategies);
+        if s.draft_min.is_some() || s.draft_max.is_some() {
+            label = format!(
+                "{label} (draft {}..={})",
+                config.draft_min, config.draft_max
+            );
+        }
         if let Some(x) = token_cost {
             label = format!("{label} (token cost {x:.2})");
         }
         sets.push(DraftSet::new(label, config, token_cost).map_err(err)?);
     }
-    let near_tie = args
-        .near_tie
-        .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
-    let labels: Vec<String> = sets.iter().map(|s| s.label.clone()).collect();
-    let mut tallies: Vec<Tally> = sets.iter().map(|_| Tally::new()).collect();
+    Ok(sets)
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn tokens_per_s(d: &Decoded) -> f64 {
+    d.generated as f64 / d.decode_time.as_secs_f64().max(1e-9)
+}
+
+/// Decodes every conversation with every set; one tally per set.
+fn decode_all(
+    chat: &mut Chat,
+    conversations: &[Conversation],
+    near_tie: f32,
+) -> Result<Vec<Tally>, String> {
+    let mut tallies: Vec<Tally> = chat.sets.iter().map(|_| Tally::new()).collect();
     let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
     let mut progress = Progress::new(turns);
-    let mut chat = Chat {
-        model: &mut model,
-        tokenizer: &tokenizer,
-        sets,
-        max_tokens: args.max_tokens,
-    };
-    for conversation in &conversations {
+    for conversation in conversations {
         let kind = conversation.kind.as_str();
         chat.run(conversation, |_, outcome| match outcome {
             Outcome::Skipped { .. } => {
@@ -230,18 +241,45 @@ fn run(args: &Args) -> Result<bool, String> {
                     let d = chat::divergence(&turn.plain, spec, near_tie);
                     tally.add_turn(kind, &plain, &chat::decoded(spec), &d);
                 }
-                let tps = |d: &selfspec_conversations::Decoded| {
-                    #[allow(clippy::cast_precision_loss)]
-                    let n = d.generated as f64;
-                    n / d.decode_time.as_secs_f64().max(1e-9)
-                };
-                let first = turn.spec.first().map_or(0.0, |s| tps(&chat::decoded(s)));
-                progress.turn(kind, &conversation.id, plain.generated, tps(&plain), first);
+                let first = turn
+                    .spec
+                    .first()
+                    .map_or(0.0, |s| tokens_per_s(&chat::decoded(s)));
+                progress.turn(
+                    kind,
+                    &conversation.id,
+                    plain.generated,
+                    tokens_per_s(&plain),
+                    first,
+                );
             }
         })
         .map_err(err)?;
     }
     progress.finish();
+    Ok(tallies)
+}
+
+fn run(args: &Args) -> Result<bool, String> {
+    let sources = if args.conversations.is_empty() {
+        conv::figure_set(&conv::default_data_dir())
+    } else {
+        args.conversations.clone()
+    };
+    let conversations = conv::load(&sources).map_err(|e| e.to_string())?;
+    let (mut model, tokenizer) = load(args)?;
+    let sets = draft_sets(args, &mut model)?;
+    let labels: Vec<String> = sets.iter().map(|s| s.label.clone()).collect();
+    let near_tie = args
+        .near_tie
+        .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
+    let mut chat = Chat {
+        model: &mut model,
+        tokenizer: &tokenizer,
+        sets,
+        max_tokens: args.max_tokens,
+    };
+    let tallies = decode_all(&mut chat, &conversations, near_tie)?;
 
     let mut summaries = Vec::new();
     for (label, tally) in labels.iter().zip(&tallies) {
