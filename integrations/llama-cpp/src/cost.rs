@@ -1,0 +1,267 @@
+//! What a pass costs in llama.cpp (the pass-cost curve and the token cost
+//! selfspec's recall weighs its drafts against), and how far a batched
+//! pass's logits are from one-token passes' (the near-tie bound).
+
+use std::time::{Duration, Instant};
+
+use crate::model::argmax_gap;
+use crate::{Decoder, Error};
+
+/// The median time of one pass of `tokens` tokens (logits for each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassCost {
+    /// Tokens in the pass.
+    pub tokens: usize,
+    /// Median wall-clock time of the pass.
+    pub median: Duration,
+}
+
+/// Arbitrary in-vocabulary tokens for timing (the values do not change a
+/// pass's cost).
+fn filler(n: usize, seed: usize, vocab: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| u32::try_from((i * 7919 + seed * 104_729 + 1000) % vocab).unwrap_or(0))
+        .collect()
+}
+
+/// Times passes of each of `sizes` tokens after a `context`-token cache in
+/// `slot` (median of `reps`; each pass rolled back before the next). The
+/// slot's cache is left empty.
+///
+/// # Errors
+///
+/// [`Error::Slot`] for a busy slot, [`Error::Setting`] for a size of 0 or
+/// over the batch, [`Error::PromptTooLong`] when `context` plus the largest
+/// size exceed the sequence's context, and llama.cpp's errors.
+pub fn pass_cost_curve(
+    decoder: &mut Decoder<'_>,
+    slot: usize,
+    context: usize,
+    sizes: &[usize],
+    reps: usize,
+) -> Result<Vec<PassCost>, Error> {
+    if decoder.is_busy(slot) || slot >= decoder.settings().sequences {
+        return Err(Error::Slot {
+            slot,
+            slots: decoder.settings().sequences,
+            problem: "does not exist or is busy",
+        });
+    }
+    let settings = decoder.settings();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    if context + largest >= settings.context {
+        return Err(Error::PromptTooLong {
+            tokens: context + largest,
+            context: settings.context,
+        });
+    }
+    let vocab = decoder.model().n_vocab();
+    decoder.truncate(slot, 0)?;
+    decoder.extend(slot, &filler(context.max(1), 0, vocab), false)?;
+    let base = decoder.cached(slot).len();
+    let mut curve = Vec::with_capacity(sizes.len());
+    for &n in sizes {
+        if n == 0 || n > settings.batch {
+            return Err(Error::Setting {
+                what: "pass size",
+                value: n,
+                allowed: "1 to the batch size",
+            });
+        }
+        let pass = filler(n, 1, vocab);
+        // one warm-up pass, then the timed ones
+        let mut times = Vec::with_capacity(reps + 1);
+        for _ in 0..=reps.max(1) {
+            let t = Instant::now();
+            decoder.extend(slot, &pass, true)?;
+            std::hint::black_box(argmax_gap(decoder.row(0)));
+            times.push(t.elapsed());
+            decoder.truncate(slot, base)?;
+        }
+        times.remove(0);
+        times.sort();
+        curve.push(PassCost {
+            tokens: n,
+            median: times[times.len() / 2],
+        });
+    }
+    decoder.truncate(slot, 0)?;
+    Ok(curve)
+}
+
+/// The token cost for selfspec ([`selfspec::Speculative::set_token_cost`])
+/// when `sequences` sequences share each pass: one more token in a pass
+/// costs `m = (t(S + 16) - t(S)) / 16`; a sequence's share of a pass is
+/// `t(S) / S`; the cost is `m / (t(S) / S)`, clamped to `[0, 0.99]`.
+#[must_use]
+pub fn token_cost(sequences: usize, t_s: Duration, t_s16: Duration) -> f64 {
+    let s = sequences.max(1) as f64;
+    let (a, b) = (t_s.as_secs_f64(), t_s16.as_secs_f64());
+    if a <= 0.0 {
+        return 0.0;
+    }
+    (((b - a) / 16.0) / (a / s)).clamp(0.0, 0.99)
+}
+
+/// Measures the token cost for `sequences` sequences a pass on `decoder`
+/// (passes of S and S + 16 tokens after a 256-token cache, median of 15).
+///
+/// # Errors
+///
+/// As [`pass_cost_curve`].
+pub fn measure_token_cost(decoder: &mut Decoder<'_>, sequences: usize) -> Result<f64, Error> {
+    let s = sequences.max(1);
+    let curve = pass_cost_curve(decoder, 0, 256, &[s, s + 16], 15)?;
+    Ok(token_cost(s, curve[0].median, curve[1].median))
+}
+
+/// How far llama.cpp's batched passes move logits from one-token passes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogitNoise {
+    /// The largest |batched - one-token| logit difference seen.
+    pub max_abs_diff: f32,
+    /// Positions compared, each over the whole vocabulary.
+    pub rows: usize,
+}
+
+impl LogitNoise {
+    /// The near-tie bound: a greedy choice whose top-1 / top-2 gap is at
+    /// least twice the largest logit difference cannot flip (each of the two
+    /// logits moves by at most that much).
+    #[must_use]
+    pub fn near_tie_bound(&self) -> f32 {
+        2.0 * self.max_abs_diff
+    }
+}
+
+/// Decodes `tokens[start..]` one token a pass in slot 0 (the plain loop's
+/// way) and again in passes of each of `pass_lens` tokens (the speculative
+/// loop's way: later passes read the KV cache earlier batched passes wrote),
+/// after the same cached `tokens[..start]`, and compares every logit. With
+/// `others` > 0, slots 1..=others decode their own tokens in the same
+/// batches (a server's step: sequences of other lengths beside it). Leaves
+/// the slots' caches empty.
+///
+/// # Errors
+///
+/// [`Error::EmptyPrompt`] when `start` is 0 or not below `tokens.len()`,
+/// [`Error::Setting`] for a pass length of 0 or one that leaves no room for
+/// the other sequences in a step, [`Error::Slot`] for too few slots, and
+/// llama.cpp's errors.
+pub fn measure_logit_noise(
+    decoder: &mut Decoder<'_>,
+    tokens: &[u32],
+    start: usize,
+    pass_lens: &[usize],
+    others: usize,
+) -> Result<LogitNoise, Error> {
+    if start == 0 || start >= tokens.len() {
+        return Err(Error::EmptyPrompt);
+    }
+    let step = decoder.settings().step_tokens;
+    if let Some(&bad) = pass_lens.iter().find(|&&l| l == 0 || l + 4 * others > step) {
+        return Err(Error::Setting {
+            what: "pass length",
+            value: bad,
+            allowed: "1 to the step size, less 4 tokens for each other sequence",
+        });
+    }
+    let slots = decoder.settings().sequences;
+    if others >= slots {
+        return Err(Error::Slot {
+            slot: others,
+            slots,
+            problem: "does not exist",
+        });
+    }
+    decoder.clear()?;
+    decoder.extend(0, &tokens[..start], false)?;
+    let mut reference = Vec::with_capacity(tokens.len() - start);
+    for &t in &tokens[start..] {
+        reference.push(decoder.evaluate(0, &[t])?.remove(0));
+    }
+    let mut noise = LogitNoise {
+        max_abs_diff: 0.0,
+        rows: 0,
+    };
+    for &len in pass_lens {
+        decoder.truncate(0, start)?;
+        for j in 1..=others {
+            // other sequences: shorter caches of their own
+            decoder.truncate(j, 0)?;
+            decoder.extend(j, &tokens[..(start / 2 + 13 * j).min(start)], false)?;
+        }
+        for (c, chunk) in tokens[start..].chunks(len).enumerate() {
+            let extra: Vec<Vec<u32>> = (1..=others)
+                .map(|j| filler(1 + (c + j) % 4, c * 8 + j, decoder.model().n_vocab()))
+                .collect();
+            let mut parts: Vec<(usize, &[u32])> = vec![(0, chunk)];
+            parts.extend(extra.iter().enumerate().map(|(j, e)| (j + 1, &e[..])));
+            let rows = decoder.evaluate_batch(&parts)?.remove(0);
+            for (i, got) in rows.iter().enumerate() {
+                let want = &reference[c * len + i];
+                let d = got
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                noise.max_abs_diff = noise.max_abs_diff.max(d);
+                noise.rows += 1;
+            }
+        }
+    }
+    decoder.clear()?;
+    Ok(noise)
+}
+
+/// Pass lengths [`calibrate`] compares one-token passes with (each capped
+/// to the decoder's step size): from a one-token draft to a full step.
+pub const CALIBRATION_PASSES: [usize; 6] = [2, 5, 9, 17, 33, usize::MAX];
+
+/// [`measure_logit_noise`] on the model's own text: `prompt` and up to
+/// `reply_tokens` tokens the model writes after it (plain greedy, slot 0),
+/// compared over the reply (over the prompt's second half if the reply is
+/// under 8 tokens), with [`CALIBRATION_PASSES`] capped to the step size
+/// ([`Settings::step_tokens`](crate::Settings::step_tokens)); with more
+/// than one sequence, also with the other slots decoding beside slot 0.
+///
+/// # Errors
+///
+/// As [`Decoder::start`] and [`measure_logit_noise`].
+pub fn calibrate(
+    decoder: &mut Decoder<'_>,
+    prompt: &[u32],
+    reply_tokens: usize,
+) -> Result<LogitNoise, Error> {
+    decoder.clear()?;
+    decoder.start(0, prompt, reply_tokens.max(1), None)?;
+    let mut finished = Vec::new();
+    while decoder.any_busy() {
+        decoder.step(&mut finished)?;
+    }
+    let mut tokens = prompt.to_vec();
+    if let Some(f) = finished.first() {
+        tokens.extend_from_slice(&f.reply.tokens);
+    }
+    let start = if tokens.len() >= prompt.len() + 8 {
+        prompt.len()
+    } else {
+        prompt.len() / 2
+    };
+    let others = decoder.settings().sequences - 1;
+    let step = decoder
+        .settings()
+        .step_tokens
+        .saturating_sub(4 * others)
+        .max(1);
+    let lens: Vec<usize> = CALIBRATION_PASSES.iter().map(|&l| l.min(step)).collect();
+    let alone = measure_logit_noise(decoder, &tokens, start.max(1), &lens, 0)?;
+    if others == 0 {
+        return Ok(alone);
+    }
+    let beside = measure_logit_noise(decoder, &tokens, start.max(1), &lens, others)?;
+    Ok(LogitNoise {
+        max_abs_diff: alone.max_abs_diff.max(beside.max_abs_diff),
+        rows: alone.rows + beside.rows,
+    })
+}

@@ -1,0 +1,258 @@
+//! `selfspec-llama-cpp`: text conversations decoded by llama.cpp (through
+//! `llama-cpp-2`), plainly and with selfspec's drafts, S sequences in one
+//! batch, in the same sitting; prints tokens/s, speed-up, tau, acceptance
+//! and how the replies compare, per kind and in total. `--help` lists the
+//! options.
+
+mod args;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use selfspec::Shared;
+use selfspec_conversations::{self as conv, Conversation, Progress, Summary, Tally};
+use selfspec_llama_cpp::cost::{self, PassCost};
+use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
+use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
+
+use args::{Args, Cost, HELP};
+
+/// One drafting set, ready to run.
+struct Set {
+    label: String,
+    config: selfspec::Config,
+    shared: Shared,
+    token_cost: Option<f64>,
+    tally: Tally,
+    divergences: Vec<TurnDivergence>,
+}
+
+fn print_curve(curve: &[PassCost]) {
+    let t1 = curve.first().map_or(1e-9, |c| c.median.as_secs_f64());
+    println!("llama.cpp pass cost after a 256-token cache (median of 15):");
+    for c in curve {
+        let t = c.median.as_secs_f64();
+        println!(
+            "  {:>3} tokens: {:>7.2} ms  {:>5.2}x one token  {:>6.3} ms a token",
+            c.tokens,
+            t * 1e3,
+            t / t1,
+            t * 1e3 / c.tokens as f64
+        );
+    }
+}
+
+fn kinds(conversations: &[Conversation]) -> Vec<String> {
+    let mut kinds: Vec<String> = conversations.iter().map(|c| c.kind.clone()).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error> {
+    let mut measured = None;
+    let mut sets = Vec::new();
+    for s in &args.sets {
+        let config = conv::config(&s.strategies, s.draft_max, s.draft_min)?;
+        let token_cost = match s.cost {
+            Cost::Off => None,
+            Cost::Fixed(x) => Some(x),
+            Cost::Auto => Some(match measured {
+                Some(x) => x,
+                None => {
+                    let x = cost::measure_token_cost(decoder, args.parallel)?;
+                    println!(
+                        "measured token cost: {x:.3} (S = {}: (t(S + 16) - t(S)) / 16 / (t(S) / S) after a 256-token cache)",
+                        args.parallel
+                    );
+                    measured = Some(x);
+                    x
+                }
+            }),
+        };
+        let mut label = conv::strategy_label(&s.strategies);
+        if let Some(c) = token_cost {
+            label = format!("{label} (cost {c:.3})");
+        }
+        sets.push(Set {
+            label,
+            shared: Shared::new(&config)?,
+            config,
+            token_cost,
+            tally: Tally::new(),
+            divergences: Vec::new(),
+        });
+    }
+    Ok(sets)
+}
+
+fn near_tie_bound(
+    args: &Args,
+    decoder: &mut Decoder<'_>,
+    first: &Conversation,
+) -> Result<f32, Error> {
+    if let Some(b) = args.near_tie {
+        return Ok(b);
+    }
+    let model = decoder.model();
+    let prompt = model.chat_prompt(&[Message {
+        role: Role::User,
+        content: first.turns.first().map_or("Hello", String::as_str),
+    }])?;
+    let prompt = &prompt[..prompt.len().min(decoder.settings().context / 2)];
+    let noise = cost::calibrate(decoder, prompt, 128)?;
+    let bound = noise.near_tie_bound();
+    println!(
+        "near-tie bound: {bound:.4} (twice the largest batched vs one-token logit difference, {:.4}, over {} rows)",
+        noise.max_abs_diff, noise.rows
+    );
+    Ok(bound)
+}
+
+fn run(args: &Args) -> Result<bool, Error> {
+    let path = conv::model_path(args.gguf.clone())?;
+    let loading = Instant::now();
+    let model = Model::load(&path)?;
+    let settings = Settings {
+        sequences: args.parallel,
+        context: args.context,
+        threads: args.threads.unwrap_or(Settings::default().threads),
+        batch: 2048.max(args.parallel * 2),
+        step_tokens: 63.max(args.parallel),
+    };
+    let mut decoder = Decoder::new(&model, settings)?;
+    println!(
+        "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads",
+        path.display(),
+        model.n_vocab(),
+        model.n_ctx_train(),
+        loading.elapsed().as_secs_f64(),
+        settings.sequences,
+        settings.context,
+        settings.threads
+    );
+    if args.pass_cost {
+        let curve = cost::pass_cost_curve(&mut decoder, 0, 256, &[1, 2, 4, 8, 16, 17, 32], 15)?;
+        print_curve(&curve);
+        let c = cost::token_cost(1, curve[0].median, curve[5].median);
+        println!("token cost (S = 1): {c:.3} = (t(17) - t(1)) / 16 / t(1)");
+        return Ok(true);
+    }
+    let sources = if args.conversations.is_empty() {
+        conv::figure_set(&conv::default_data_dir())
+    } else {
+        args.conversations.clone()
+    };
+    let conversations = conv::load(&sources)?;
+    let Some(first) = conversations.first() else {
+        println!("no conversations");
+        return Ok(true);
+    };
+    let bound = near_tie_bound(args, &mut decoder, first)?;
+    let mut sets = build_sets(args, &mut decoder)?;
+    let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
+    let mut progress = Progress::new(total * sets.len());
+    let started = Instant::now();
+    for kind in kinds(&conversations) {
+        let convs: Vec<&Conversation> = conversations.iter().filter(|c| c.kind == kind).collect();
+        let plain = run::decode_pass(&mut decoder, &convs, args.max_tokens, None, None)?;
+        let texts = run::reply_texts(&decoder, &plain);
+        let plain_generated: usize = plain
+            .replies
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|r| r.tokens.len())
+            .sum();
+        for set in &mut sets {
+            let drafting = Drafting {
+                config: &set.config,
+                shared: &set.shared,
+                token_cost: set.token_cost,
+            };
+            let spec = run::decode_pass(
+                &mut decoder,
+                &convs,
+                args.max_tokens,
+                Some(&texts),
+                Some(&drafting),
+            )?;
+            let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
+            set.divergences.extend(d);
+            let generated: usize = spec
+                .replies
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|r| r.tokens.len())
+                .sum();
+            let tps = |n: usize, t: std::time::Duration| n as f64 / t.as_secs_f64().max(1e-9);
+            for c in &convs {
+                progress.turn(
+                    &kind,
+                    &c.id,
+                    generated,
+                    tps(plain_generated, plain.decode_time),
+                    tps(generated, spec.decode_time),
+                );
+            }
+        }
+    }
+    progress.finish();
+    report(args, &sets, bound, started.elapsed().as_secs_f64())
+}
+
+fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Error> {
+    let mut all: Vec<Summary> = Vec::new();
+    let mut ok = true;
+    for set in sets {
+        println!("\n{} (parallel {}):", set.label, args.parallel);
+        let rows = set.tally.summaries(&set.label, Some(args.parallel));
+        conv::print_table(&mut std::io::stdout(), &rows).map_err(|source| conv::Error::Io {
+            path: "stdout".into(),
+            source,
+        })?;
+        for d in &set.divergences {
+            println!("  diverged: {} turn {}: {:?}", d.id, d.turn, d.divergence);
+        }
+        let near: usize = set
+            .divergences
+            .iter()
+            .filter(|d| matches!(d.divergence, conv::Divergence::NearTie { .. }))
+            .count();
+        let other = set.divergences.len() - near;
+        println!(
+            "outputs against plain decoding: {} diverged at a near tie (gap under {bound:.4}), {other} elsewhere",
+            near
+        );
+        ok &= other == 0;
+        all.extend(rows);
+    }
+    println!("wall {wall:.1} s");
+    if let Some(path) = &args.json {
+        conv::write_json(path, &all)?;
+    }
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    let args = match args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("selfspec-llama-cpp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.help {
+        println!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(3),
+        Err(e) => {
+            eprintln!("selfspec-llama-cpp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Text conversations through the decoder: every reply the model's own,
+//! decoded plainly and speculatively, S conversations at a time.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use selfspec::{Config, Shared, Speculative};
+use selfspec_conversations::{compare, Conversation, Decoded, Divergence, Tally};
+
+use crate::model::{Message, Role};
+use crate::{Decoder, Error, Finished, Reply};
+
+/// One pass over some conversations: each turn's reply (`None`: the prompt
+/// did not fit the context and the turn, with the rest of its
+/// conversation, was skipped), and the decode time of the whole pass.
+#[derive(Clone, Debug, Default)]
+pub struct Pass {
+    /// `replies[c][t]`: conversation `c`'s reply to turn `t`.
+    pub replies: Vec<Vec<Option<Reply>>>,
+    /// Time in decode steps (prefill excluded).
+    pub decode_time: Duration,
+}
+
+/// How the speculative pass drafts.
+#[derive(Debug)]
+pub struct Drafting<'a> {
+    /// The drafting configuration.
+    pub config: &'a Config,
+    /// The engine-wide state every request drafts on.
+    pub shared: &'a Shared,
+    /// The token cost given to each request (`None`: the strategies' default).
+    pub token_cost: Option<f64>,
+}
+
+struct Lane {
+    conversation: usize,
+    turn: usize,
+}
+
+/// Decodes every turn of `conversations` with the decoder's slots, each slot
+/// taking the next conversation when its own ends. A turn's prompt is the
+/// conversation so far rendered with the model's chat template; the
+/// history's replies are `history[c][t]` when given (the plain pass's
+/// replies, so that both modes see the same prompts), else the replies of
+/// this pass. With `drafting`, each request drafts with its own
+/// [`Speculative`] on `drafting.shared`.
+///
+/// # Errors
+///
+/// llama.cpp's errors, a template error, a bad configuration or token
+/// cost. A prompt longer than the context is not an error: that turn and the
+/// rest of its conversation are skipped (`None`).
+pub fn decode_pass(
+    decoder: &mut Decoder<'_>,
+    conversations: &[&Conversation],
+    max_tokens: usize,
+    history: Option<&[Vec<String>]>,
+    drafting: Option<&Drafting<'_>>,
+) -> Result<Pass, Error> {
+    let model = decoder.model();
+    decoder.clear()?;
+    let mut pass = Pass {
+        replies: conversations
+            .iter()
+            .map(|c| vec![None; c.turns.len()])
+            .collect(),
+        decode_time: Duration::ZERO,
+    };
+    let mut texts: Vec<Vec<String>> = conversations.iter().map(|_| Vec::new()).collect();
+    let mut queue: VecDeque<usize> = (0..conversations.len()).collect();
+    let mut lanes: Vec<Option<Lane>> = (0..decoder.settings().sequences).map(|_| None).collect();
+    let mut finished: Vec<Finished> = Vec::new();
+    let start_time = decoder.counters().decode_time;
+    loop {
+        for (slot, lane) in lanes.iter_mut().enumerate() {
+            while lane.is_none() || !decoder.is_busy(slot) {
+                let (c, t) = match lane {
+                    Some(l) if l.turn < conversations[l.conversation].turns.len() => {
+                        (l.conversation, l.turn)
+                    }
+                    _ => match queue.pop_front() {
+                        Some(c) => (c, 0),
+                        None => {
+                            *lane = None;
+                            break;
+                        }
+                    },
+                };
+                *lane = Some(Lane {
+                    conversation: c,
+                    turn: t,
+                });
+                let replies = history.map_or(&texts[c][..], |h| &h[c][..]);
+                let prompt =
+                    model.chat_prompt(&messages(&conversations[c].turns[..=t], replies))?;
+                let spec = match drafting {
+                    Some(d) => {
+                        let mut s = Speculative::with_shared(d.config, d.shared)?;
+                        if let Some(cost) = d.token_cost {
+                            s.set_token_cost(cost)?;
+                        }
+                        Some(s)
+                    }
+                    None => None,
+                };
+                match decoder.start(slot, &prompt, max_tokens, spec) {
+                    Ok(()) => {}
+                    Err(Error::PromptTooLong { .. }) => {
+                        // skipped: this turn and the rest of the conversation
+                        *lane = None;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if !decoder.any_busy() {
+            break;
+        }
+        decoder.step(&mut finished)?;
+        for f in finished.drain(..) {
+            let Some(lane) = lanes[f.slot].as_mut() else {
+                continue;
+            };
+            let (c, t) = (lane.conversation, lane.turn);
+            texts[c].push(model.text(&f.reply.tokens));
+            pass.replies[c][t] = Some(f.reply);
+            lane.turn += 1;
+        }
+    }
+    pass.decode_time = decoder.counters().decode_time - start_time;
+    Ok(pass)
+}
+
+/// The chat so far: `turns` (the user's) interleaved with `replies` (the
+/// model's), the last turn awaiting its reply.
+fn messages<'a>(turns: &'a [String], replies: &'a [String]) -> Vec<Message<'a>> {
+    let mut m = Vec::with_capacity(turns.len() * 2);
+    for (i, turn) in turns.iter().enumerate() {
+        m.push(Message {
+            role: Role::User,
+            content: turn,
+        });
+        if let Some(r) = replies.get(i).filter(|_| i + 1 < turns.len()) {
+            m.push(Message {
+                role: Role::Assistant,
+                content: r,
+            });
+        }
+    }
+    m
+}
+
+/// The counts of one reply for the report.
+#[must_use]
+pub fn decoded(reply: &Reply) -> Decoded {
+    Decoded {
+        generated: reply.tokens.len(),
+        decode_time: Duration::ZERO,
+        forward_passes: reply.passes,
+        drafted: reply.drafted,
+        accepted: reply.accepted,
+    }
+}
+
+/// One divergence between the plain and the speculative reply of a turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnDivergence {
+    /// The conversation's id.
+    pub id: String,
+    /// The turn.
+    pub turn: usize,
+    /// Where and how it diverged.
+    pub divergence: Divergence,
+}
+
+/// Compares the two passes turn by turn into `tally` (counts per turn, the
+/// passes' decode times for `kind`) and returns every divergence.
+pub fn tally_kind(
+    tally: &mut Tally,
+    kind: &str,
+    conversations: &[&Conversation],
+    plain: &Pass,
+    spec: &Pass,
+    bound: f32,
+) -> Vec<TurnDivergence> {
+    let mut divergences = Vec::new();
+    for (c, conv) in conversations.iter().enumerate() {
+        for (t, (p, s)) in plain.replies[c].iter().zip(&spec.replies[c]).enumerate() {
+            let (Some(p), Some(s)) = (p, s) else {
+                tally.note_skipped(kind);
+                continue;
+            };
+            let d = compare(&p.tokens, &p.gaps, &s.tokens, bound);
+            tally.add_counts(kind, &decoded(p), &decoded(s), &d);
+            if d.diverged() {
+                divergences.push(TurnDivergence {
+                    id: conv.id.clone(),
+                    turn: t,
+                    divergence: d,
+                });
+            }
+        }
+    }
+    tally.add_time(kind, plain.decode_time, spec.decode_time);
+    divergences
+}
+
+/// The plain pass's reply texts, for the speculative pass's history.
+#[must_use]
+pub fn reply_texts(decoder: &Decoder<'_>, pass: &Pass) -> Vec<Vec<String>> {
+    pass.replies
+        .iter()
+        .map(|turns| {
+            turns
+                .iter()
+                .map(|r| {
+                    r.as_ref()
+                        .map_or_else(String::new, |r| decoder.model().text(&r.tokens))
+                })
+                .collect()
+        })
+        .collect()
+}

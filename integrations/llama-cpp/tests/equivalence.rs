@@ -1,0 +1,112 @@
+//! Speculative greedy decoding in llama.cpp's engine gives plain greedy
+//! decoding's replies (except where plain's choice is a near tie) in fewer
+//! `llama_decode` calls: one sequence, and four sequences in one batch.
+
+mod common;
+
+use selfspec::{Config, Shared};
+use selfspec_conversations::{compare, Conversation, Divergence};
+use selfspec_llama_cpp::cost::calibrate;
+use selfspec_llama_cpp::run::{decode_pass, reply_texts, Drafting};
+use selfspec_llama_cpp::{Decoder, Message, Model, Role};
+
+const MAX_TOKENS: usize = 128;
+
+fn conversations() -> Vec<Conversation> {
+    let mut c = common::conversations("sample-code.text.jsonl", 8);
+    c.extend(common::conversations("sample-chat.text.jsonl", 1));
+    c
+}
+
+fn bound(decoder: &mut Decoder<'_>, model: &Model, first: &Conversation) -> f32 {
+    let prompt = model
+        .chat_prompt(&[Message {
+            role: Role::User,
+            content: &first.turns[0],
+        }])
+        .unwrap();
+    let noise = calibrate(decoder, &prompt, 128).unwrap();
+    // A bound of 0 would make every divergence fail: the measurement must
+    // have compared rows.
+    assert!(noise.rows > 100, "{noise:?}");
+    noise.near_tie_bound()
+}
+
+fn same_replies_fewer_passes(sequences: usize) {
+    let model = common::model();
+    let mut decoder = Decoder::new(&model, common::settings(sequences)).unwrap();
+    let convs = conversations();
+    let refs: Vec<&Conversation> = convs.iter().collect();
+    let bound = bound(&mut decoder, &model, &convs[0]);
+
+    decoder.reset_counters();
+    let plain = decode_pass(&mut decoder, &refs, MAX_TOKENS, None, None).unwrap();
+    let plain_steps = decoder.counters().steps;
+    let texts = reply_texts(&decoder, &plain);
+
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let drafting = Drafting {
+        config: &config,
+        shared: &shared,
+        token_cost: Some(0.05),
+    };
+    decoder.reset_counters();
+    let spec = decode_pass(
+        &mut decoder,
+        &refs,
+        MAX_TOKENS,
+        Some(&texts),
+        Some(&drafting),
+    )
+    .unwrap();
+    let spec_steps = decoder.counters().steps;
+
+    let (mut generated, mut accepted, mut turns, mut near_ties) = (0, 0, 0, 0);
+    for (c, conv) in convs.iter().enumerate() {
+        for (t, (p, s)) in plain.replies[c].iter().zip(&spec.replies[c]).enumerate() {
+            let (p, s) = (p.as_ref().unwrap(), s.as_ref().unwrap());
+            turns += 1;
+            generated += p.tokens.len();
+            accepted += s.accepted;
+            match compare(&p.tokens, &p.gaps, &s.tokens, bound) {
+                Divergence::Identical => {}
+                Divergence::NearTie { position, gap } => {
+                    near_ties += 1;
+                    eprintln!(
+                        "{} turn {t}: near tie at {position} (gap {gap:.4} < {bound:.4})",
+                        conv.id
+                    );
+                }
+                d @ Divergence::NotNearTie { .. } => {
+                    panic!("{} turn {t}: {d:?} (bound {bound:.4})", conv.id)
+                }
+            }
+        }
+    }
+    eprintln!(
+        "S = {sequences}: {turns} turns, {generated} tokens, {near_ties} near ties, \
+         decode calls plain {plain_steps} spec {spec_steps}, accepted {accepted}"
+    );
+    assert!(generated >= 1000, "only {generated} tokens generated");
+    assert!(accepted > 0);
+    assert!(
+        spec_steps < plain_steps,
+        "speculative decoding took {spec_steps} decode calls, plain {plain_steps}"
+    );
+    // Near ties are rare: most replies are token for token the same.
+    assert!(
+        near_ties * 4 <= turns,
+        "{near_ties} of {turns} replies diverged"
+    );
+}
+
+#[test]
+fn one_sequence_same_replies_in_fewer_decode_calls() {
+    same_replies_fewer_passes(1);
+}
+
+#[test]
+fn four_sequences_in_one_batch_same_replies_in_fewer_decode_calls() {
+    same_replies_fewer_passes(4);
+}
