@@ -20,7 +20,7 @@ cargo fmt --check
 cargo clippy --release --all-targets --locked -- -D warnings
 cargo test --release --locked -- --test-threads=1
 out=$(cargo run --release --locked -- --conversations ../data/sample-code.text.jsonl:3 \
-    --max-tokens 64 --parallel 2 --threads 2)
+    --max-tokens 64 --parallel 1 --threads 2)
 echo "$out"
 grep -q 'elsewhere$' <<<"$out"
 grep -q ' 0 elsewhere$' <<<"$out"

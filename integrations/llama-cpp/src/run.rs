@@ -79,7 +79,12 @@ pub fn decode_pass(
                         (l.conversation, l.turn)
                     }
                     _ => match queue.pop_front() {
-                        Some(c) => (c, 0),
+                        // A new conversation starts from an empty cache: its
+                        // prefill must not depend on what the slot held.
+                        Some(c) => {
+                            decoder.rollback(slot, 0)?;
+                            (c, 0)
+                        }
                         None => {
                             *lane = None;
                             break;
