@@ -218,10 +218,24 @@ pub fn measure_logit_noise(
 /// to the decoder's step size): from a one-token draft to a full step.
 pub const CALIBRATION_PASSES: [usize; 6] = [2, 5, 9, 17, 33, usize::MAX];
 
+/// Cache lengths [`calibrate`] also compares at (windows of
+/// [`CALIBRATION_WINDOW`] positions ending there). With several threads,
+/// llama.cpp splits a one-token pass's attention differently once the
+/// cache passes 256 cells (its KV view is padded to 256), so a pass's
+/// logits depend on the cache length as well as on the pass length: a
+/// calibration over a short reply alone measured 0 where replies after a
+/// few hundred cached tokens then differed at gaps of 0.1.
+pub const CALIBRATION_CACHES: [usize; 2] = [460, 1060];
+
+/// Positions compared in each of [`CALIBRATION_CACHES`]' windows.
+pub const CALIBRATION_WINDOW: usize = 120;
+
 /// [`measure_logit_noise`] on the model's own text: `prompt` and up to
 /// `reply_tokens` tokens the model writes after it (plain greedy, slot 0),
 /// compared over the reply (over the prompt's second half if the reply is
-/// under 8 tokens), with [`CALIBRATION_PASSES`] capped to the step size
+/// under 8 tokens), and over windows ending at each of
+/// [`CALIBRATION_CACHES`] (within the context) of that text repeated, with
+/// [`CALIBRATION_PASSES`] capped to the step size
 /// ([`Settings::step_tokens`](crate::Settings::step_tokens)); with more
 /// than one sequence, also with the other slots decoding beside slot 0.
 ///
@@ -248,6 +262,26 @@ pub fn calibrate(
     } else {
         prompt.len() / 2
     };
+    let mut noise = noise_at(decoder, &tokens, start.max(1))?;
+    let context = decoder.settings().context;
+    let text_len = tokens.len();
+    for &end in &CALIBRATION_CACHES {
+        if end >= context || text_len == 0 {
+            continue;
+        }
+        let long: Vec<u32> = tokens.iter().copied().cycle().take(end).collect();
+        let at = noise_at(decoder, &long, end - CALIBRATION_WINDOW)?;
+        noise = LogitNoise {
+            max_abs_diff: noise.max_abs_diff.max(at.max_abs_diff),
+            rows: noise.rows + at.rows,
+        };
+    }
+    Ok(noise)
+}
+
+/// [`measure_logit_noise`] over `tokens[start..]` with the calibration's
+/// pass lengths, alone and (with several slots) beside the others.
+fn noise_at(decoder: &mut Decoder<'_>, tokens: &[u32], start: usize) -> Result<LogitNoise, Error> {
     let others = decoder.settings().sequences - 1;
     let step = decoder
         .settings()
@@ -255,11 +289,11 @@ pub fn calibrate(
         .saturating_sub(4 * others)
         .max(1);
     let lens: Vec<usize> = CALIBRATION_PASSES.iter().map(|&l| l.min(step)).collect();
-    let alone = measure_logit_noise(decoder, &tokens, start.max(1), &lens, 0)?;
+    let alone = measure_logit_noise(decoder, tokens, start, &lens, 0)?;
     if others == 0 {
         return Ok(alone);
     }
-    let beside = measure_logit_noise(decoder, &tokens, start.max(1), &lens, others)?;
+    let beside = measure_logit_noise(decoder, tokens, start, &lens, others)?;
     Ok(LogitNoise {
         max_abs_diff: alone.max_abs_diff.max(beside.max_abs_diff),
         rows: alone.rows + beside.rows,

@@ -108,6 +108,8 @@ struct Active {
     last: u32,
     reply: Reply,
     max_tokens: usize,
+    /// The prompt's tokens: the cache held them when the reply began.
+    prompt_len: usize,
     spec: Option<Speculative>,
     /// This step's draft and its rows in the batch.
     draft: Vec<u32>,
@@ -428,6 +430,7 @@ impl<'m> Decoder<'m> {
                 stop: Stop::MaxTokens,
             },
             max_tokens,
+            prompt_len: prompt.len(),
             spec,
             draft: Vec::new(),
             offset: 0,
@@ -587,6 +590,17 @@ impl<'m> Decoder<'m> {
             self.truncate(s, len)?;
         }
         self.check_end(&mut a, len);
+        if a.done {
+            // A reply that ended inside an accepted draft (its end-of-turn
+            // token, or tokens after it, were drafted and kept) leaves more
+            // in the cache than plain decoding would: the cache keeps the
+            // prompt and the reply less its last token, as plain decoding's
+            // does, so the next turn's prefill is the same pass in both.
+            let keep = a.prompt_len + a.reply.tokens.len() - 1;
+            if self.slots[s].cached.len() > keep {
+                self.truncate(s, keep)?;
+            }
+        }
         self.slots[s].active = Some(a);
         Ok(())
     }

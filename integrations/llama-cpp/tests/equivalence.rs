@@ -107,8 +107,6 @@ fn one_sequence_same_replies_in_fewer_decode_calls() {
 }
 
 #[test]
-#[ignore = "fails: with 4 sequences in one batch a reply can differ at a gap under 0.05 that the \
-            one-sequence calibration measures as 0 (the bound misses multi-sequence batch numerics)"]
 fn four_sequences_in_one_batch_same_replies_in_fewer_decode_calls() {
     same_replies_fewer_passes(4);
 }
