@@ -1,11 +1,12 @@
-//! The machinery the strategies share (crate-private): rolling n-gram hashes
-//! (`poly`), the position index of a history (`position_index`), the copy of
-//! a history that tells "extended" from "diverged" (`mirror`), typed indices
-//! (`Idx`), and the few constants and helpers below. Strategies import from
+//! The machinery the strategies share (crate-private): every hash of the
+//! crate (`hash`: rolling n-gram hashes, placement hashes, map hashers), the
+//! position index of a history (`position_index`), the copy of a history
+//! that tells "extended" from "diverged" (`mirror`), typed indices (`Idx`),
+//! and the few constants and helpers below. Strategies import from
 //! here; nothing here imports a strategy.
 
+pub(crate) mod hash;
 pub(crate) mod mirror;
-pub(crate) mod poly;
 pub(crate) mod position_index;
 
 use crate::token::Token;
@@ -14,15 +15,6 @@ use crate::token::Token;
 /// slot, by context. It is llama.cpp's `-1` as a `u32` (ngram-mod's `EMPTY`,
 /// the unused slots of an ngram-cache key).
 pub(crate) const NONE: u32 = u32::MAX;
-
-/// The multiplier of the position index's and recall's n-gram hashes (the
-/// 64-bit golden ratio): any odd constant works; this one spreads small token
-/// ids well.
-pub(crate) const FACTOR: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// The hasher of every keyed map: ahash with its fixed keys (the same on
-/// every run and machine).
-pub(crate) type FastHash = std::hash::BuildHasherDefault<ahash::AHasher>;
 
 /// A vector whose clones keep its spare capacity. Drafters that index every
 /// token reserve room ahead (for the generation after a long prompt); a clone
@@ -202,14 +194,6 @@ impl Default for Idx {
 
 use crate::int::ix32;
 pub(crate) use crate::int::low32;
-
-/// The top `bits` bits of a hash (1 to 32): a bucket number.
-#[inline(always)]
-pub(crate) fn top_bits(x: u64, bits: u32) -> usize {
-    debug_assert!((1..=32).contains(&bits));
-    // Below 2^32: no check is left on 64-bit targets.
-    usize::try_from(x >> (64 - bits)).unwrap_or(usize::MAX)
-}
 
 #[cfg(test)]
 mod tests {

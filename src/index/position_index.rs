@@ -7,9 +7,9 @@
 //! part a new prompt shares with the old history (a chat's next turn) and
 //! re-index only the rest.
 
+use super::hash::{mix, top_bits, Poly, FACTOR};
 use super::mirror::{Change, Mirror};
-use super::poly::{mix, Poly};
-use super::{low32, top_bits, Idx, FACTOR};
+use super::{low32, Idx};
 use crate::token::Token;
 
 const MIN_BITS: u32 = 10;

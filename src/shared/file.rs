@@ -40,11 +40,7 @@ const _: () = assert!(RUN_CONTEXT == 16);
 /// Bytes per saved run.
 pub(super) const RUN_BYTES: u64 = 8 + 4 + 4 * crate::int::wide(RUN_CONTEXT);
 
-pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+pub(super) use crate::index::hash::fnv1a;
 
 pub(super) fn error(path: &Path, offset: u64, problem: Problem) -> Error {
     Error::MemoryFile {

@@ -15,5 +15,5 @@ pub use ngram_cache::{LookupCache, NgramCache, TokensFrom};
 pub use ngram_map::NgramMap;
 pub use ngram_mod::{NgramMod, NgramPool};
 pub use ngram_simple::NgramSimple;
-pub(crate) use recall::{HeapMeter, LEARNED_NUMBERS, RUN_CONTEXT, SAVED_ORDERS};
-pub use recall::{Recall, RecallMemory, RunContext};
+pub(crate) use recall::{HeapMeter, RunContext, LEARNED_NUMBERS, RUN_CONTEXT, SAVED_ORDERS};
+pub use recall::{Recall, RecallMemory};

@@ -2,12 +2,11 @@
 //! found through a 2^18-slot LCG hash index of history positions.
 
 use crate::int::ix32;
-use std::collections::HashMap;
 
 use crate::drafter::{DraftLimits, Drafter};
-use crate::index::poly::Poly;
+use crate::index::hash::{Poly, PreHashedMap, NGRAM_MAP_LCG as LCG_FACTOR};
 use crate::index::position_index::PositionIndex;
-use crate::index::{key_at, low32, FastHash, Idx};
+use crate::index::{key_at, low32, Idx};
 use crate::limits::KEY_MAP_SIZE;
 use crate::token::Token;
 
@@ -15,7 +14,6 @@ use crate::token::Token;
 const MAX_VALUES: usize = 4;
 /// Key and value counters saturate here (`COMMON_NGRAM_MAX_VALUE_COUNT`).
 const MAX_COUNT: u16 = 16380;
-const LCG_FACTOR: u64 = 2_654_435_761;
 
 /// The reference's hash of an n-gram is `h = h * 2654435761 + t` in u32: the
 /// low half of the same polynomial in u64, which can be rolled (see `poly`).
@@ -26,7 +24,7 @@ fn slot(h: u64) -> usize {
 }
 
 /// Key hashes to key records.
-type HashIndex = HashMap<u64, u32, FastHash>;
+type HashIndex = PreHashedMap<u32>;
 
 #[derive(Clone, Copy, Debug)]
 struct Value {
@@ -153,7 +151,10 @@ impl NgramMap {
         }
     }
 
-    /// Key records currently held.
+    /// Key records currently held: public only for the tests of eval/ (the
+    /// bound on the records).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     #[must_use]
     pub fn record_count(&self) -> usize {
         self.records.len()

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::drafter::{DraftLimits, Drafter};
+use crate::index::hash::{Poly, NGRAM_MOD_LCG as LCG_FACTOR};
 use crate::index::low32;
-use crate::index::poly::Poly;
 use crate::int::{float, high32, wide};
 use crate::limits::check_pool_size;
 use crate::token::Token;
@@ -24,7 +24,6 @@ const OCCUPANCY_LIMIT: f64 = 0.25;
 const CHUNK: usize = 32;
 /// Consecutive low-acceptance drafts that clear the pool.
 const LOW_STREAK: u32 = 3;
-const LCG_FACTOR: u64 = 6_364_136_223_846_793_005;
 
 /// The ngram-mod pool: `size` cells mapping the hash of an n-gram to the token
 /// that last followed it, shared by every ngram-mod drafter of an engine.
@@ -214,8 +213,21 @@ impl NgramPool {
         self.used.fetch_add(fresh, Relaxed);
     }
 
-    /// Empties every cell, in O(1) (a generation bump).
+    /// Empties every cell, in O(1) (a generation bump): public only for the
+    /// benches (ngram-mod resets its pool itself, as llama.cpp does).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
     pub fn reset(&self) {
+        self.clear();
+    }
+
+    /// Empties every cell, in O(1) (a generation bump).
+    #[cfg(not(feature = "internals"))]
+    pub(crate) fn reset(&self) {
+        self.clear();
+    }
+
+    fn clear(&self) {
         let old = self.generation.fetch_add(1, Relaxed);
         if old == u32::MAX {
             // The generation wrapped to 0, which old cells may still carry:

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::followers::INDEXED_PART;
 use super::table::LookupCache;
 use super::{hash_of, key_of, NGRAM_SIZES};
-use crate::index::FastHash;
+use crate::index::hash::FastHash;
 use crate::index::Idx;
 use crate::token::Token;
 

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
-use crate::index::{FastHash, Idx};
+use crate::index::hash::FastHash;
+use crate::index::Idx;
 use crate::token::Token;
 
 /// The followers of an n-gram with two or more, in insertion order with

@@ -28,13 +28,9 @@ fn key_of(tokens: &[Token]) -> Key {
     }
 }
 
-/// The hash of a key: a folded multiply of its two halves.
-fn hash_of(key: &Key) -> u64 {
-    let lo = u64::from(key[0]) | u64::from(key[1]) << 32;
-    let hi = u64::from(key[2]) | u64::from(key[3]) << 32;
-    let m = u128::from(lo ^ 0x243f_6a88_85a3_08d3) * u128::from(hi ^ 0x1319_8a2e_0370_7344);
-    crate::int::fold128(m)
-}
+// The hash of a key (`index::hash`, which says why drafts do not depend
+// on it).
+use crate::index::hash::key4_hash as hash_of;
 
 /// The table of `key`: the number of unused slots it ends with, 4 - size
 /// for an n-gram of the context (files may hold any key).

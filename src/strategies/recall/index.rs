@@ -6,9 +6,10 @@
 //! cells, many readers, one writer at a time). The walks over them are
 //! written once, here.
 
-use crate::index::poly::Poly;
-use crate::index::{Roomy, FACTOR};
-use crate::int::{high32, ix, ix32, small, wide};
+pub(super) use crate::index::hash::tag_of;
+use crate::index::hash::{Poly, FACTOR};
+use crate::index::Roomy;
+use crate::int::{ix, ix32, small, wide};
 use crate::token::Token;
 
 /// Context orders indexed, longest last.
@@ -36,13 +37,6 @@ pub(super) const BYTES_PER_TOKEN: usize = 4 + 8 * K + 2 * K;
 pub(super) const MAX_MATCH: usize = 64;
 /// Chain entries examined per probe: four per occurrence wanted.
 pub(super) const STEPS: usize = 32;
-
-/// 32 bits of a context's hash, well spread: the high half of one multiply
-/// (each order has its own buckets, so the order need not enter).
-#[inline]
-pub(super) fn tag_of(hash: u64) -> u32 {
-    high32(hash.wrapping_mul(0xD6E8_FEB8_6659_FD93))
-}
 
 /// The rolling hashes of every order.
 #[derive(Clone, Debug)]

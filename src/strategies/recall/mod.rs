@@ -21,8 +21,9 @@ mod session;
 mod sources;
 
 pub(crate) use learner::{Learned, LEARNED_NUMBERS};
+pub use memory::RecallMemory;
+pub(crate) use memory::RunContext;
 pub(crate) use memory::{HeapMeter, RUN_CONTEXT};
-pub use memory::{RecallMemory, RunContext};
 
 /// The context orders, as saved in memory files.
 pub(crate) const SAVED_ORDERS: [usize; K] = ORDERS;

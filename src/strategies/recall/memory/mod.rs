@@ -19,7 +19,7 @@ use ring::{Batch, Ring, Tables, MIN_CAPACITY};
 use runs::Runs;
 
 pub(super) use ring::{Snapshot, View};
-pub use runs::RunContext;
+pub(crate) use runs::RunContext;
 pub(super) use runs::Span;
 pub(crate) use runs::RUN_CONTEXT;
 
@@ -137,7 +137,7 @@ impl RecallMemory {
     }
 
     /// Tokens appended over its lifetime, forgotten ones included.
-    pub fn appended(&self) -> u64 {
+    pub(crate) fn appended(&self) -> u64 {
         self.ring.end()
     }
 
@@ -196,7 +196,7 @@ impl RecallMemory {
     /// keeps at most one run per 8 tokens of its capacity: beyond that the
     /// oldest two runs are joined, and the rebuilt memory indexes the
     /// contexts across the joint too.
-    pub fn runs(&self) -> (Vec<Token>, Vec<(u64, RunContext)>) {
+    pub(crate) fn runs(&self) -> (Vec<Token>, Vec<(u64, RunContext)>) {
         let w = lock(&self.writer);
         let mut snapshot = self.snapshot();
         let view = self.view(&mut snapshot);
@@ -232,10 +232,26 @@ impl RecallMemory {
     }
 
     /// The continuations of the most recent occurrences (newest first, at
+    /// most 8) of `context`: public only for the model check (tests/loom.rs)
+    /// and with the benches' `internals`.
+    #[cfg(any(loom, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn followers(&self, context: &[Token]) -> Vec<Token> {
+        self.followers_in(context)
+    }
+
+    /// The continuations of the most recent occurrences, for the unit tests.
+    #[cfg(all(test, not(any(loom, feature = "internals"))))]
+    pub(crate) fn followers(&self, context: &[Token]) -> Vec<Token> {
+        self.followers_in(context)
+    }
+
+    /// The continuations of the most recent occurrences (newest first, at
     /// most 8) of `context`, whose length must be one of recall's orders (1,
     /// 2, 3, 4, 6, 8, 12, 16; any other gives nothing). Lock-free, like a
-    /// draft: for introspection and tests.
-    pub fn followers(&self, context: &[Token]) -> Vec<Token> {
+    /// draft: for the tests and the model check.
+    #[cfg(any(test, loom, feature = "internals"))]
+    fn followers_in(&self, context: &[Token]) -> Vec<Token> {
         let Some(o) = ORDERS.iter().position(|&k| k == context.len()) else {
             return Vec::new();
         };

@@ -61,7 +61,7 @@ impl Span {
 
 /// Up to the longest order's worth of tokens a run continues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunContext {
+pub(crate) struct RunContext {
     tokens: [Token; RUN_CONTEXT],
     len: u8,
 }
@@ -78,7 +78,7 @@ impl RunContext {
 
     /// The tokens.
     #[must_use]
-    pub fn as_slice(&self) -> &[Token] {
+    pub(crate) fn as_slice(&self) -> &[Token] {
         &self.tokens[..usize::from(self.len)]
     }
 }
