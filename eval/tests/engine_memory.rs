@@ -439,6 +439,13 @@ fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
                     };
                     let mut spec = Speculative::with_shared(&config, &shared)?;
                     let (a, b) = run(&mut spec, &prompt, &output);
+                    // The request's end publishes it, waiting for the writer
+                    // lock. A drafter that is only dropped publishes nothing
+                    // while another writer holds the lock (a drop never
+                    // waits): under load, a thread descheduled while it holds
+                    // the lock would leave the others' passages unpublished,
+                    // and their figures would depend on the scheduler.
+                    spec.end_request();
                     if i % 2 == 0 && i > 0 {
                         tokens += a;
                         steps += b;
@@ -475,6 +482,8 @@ fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
         );
     }
     let memory = shared.stats();
+    // Every request's end was published.
+    assert_eq!(memory.requests_published, 8 * 60);
     // The ring wrapped: full, never beyond.
     assert_eq!(memory.memory_tokens, memory.memory_capacity);
     assert!(shared.heap_bytes() <= (1 << 20) + 8 * 4096 * 4 + (16 << 10));

@@ -23,8 +23,8 @@ use crate::token::Token;
 
 /// How many trailing tokens of the copy are compared to decide that a
 /// sequence only grew.
-/// Not exercised by the samples' replays (identical figures at -50% and
-/// +50%, 2026-12-01; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 pub(crate) const TAIL_CHECK: usize = 32;
 
 /// How a sequence relates to the copy.

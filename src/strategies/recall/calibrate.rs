@@ -6,21 +6,21 @@ use crate::int::float64;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Vote-share buckets.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const SHARE_BUCKETS: usize = 6;
 /// Copy-pointer match-length buckets (0: the pointer does not agree).
 pub(super) const M_BUCKETS: usize = 6;
 /// How many occurrences voted: 1, 2-3, 4 or more.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const SUPPORT_BUCKETS: usize = 3;
 /// Calibration cells: longest matching order x vote share x the copy
 /// pointer's match length when it agrees with the token x support.
 pub(super) const CELLS: usize = K * SHARE_BUCKETS * M_BUCKETS * SUPPORT_BUCKETS;
 /// Observations the prior of a calibration cell counts as.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const PRIOR_WEIGHT: f64 = 4.0;
 
 /// A calibration cell's index.
@@ -76,13 +76,13 @@ fn share_bucket(share: f64) -> usize {
 /// `p` brings `p (1 - p)`) a session's lean is shrunk toward 0 with. A new
 /// session's few first verifications move it little; a session that keeps
 /// being accepted more (or less) than the engine-wide cells predict leans
-/// its way. Tuned: replayed at 1, 2 and 3 on the four samples and the mixed
-/// file, 2026-12-02, on the code that added the lean (DESIGN.md, "Tuned
-/// constants": flat).
+/// its way.
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LEAN_PRIOR: f64 = 2.0;
 /// The largest lean, in logits (an odds factor of about 20 either way).
-/// Tuned on the samples' replays with the session lean (2026-12-02;
-/// DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LEAN_MAX: f64 = 3.0;
 
 /// A session's offset on the engine-wide calibration, in logits.

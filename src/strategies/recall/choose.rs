@@ -11,20 +11,20 @@ use super::score::Features;
 use super::sources::{CopyCandidate, Occurrence, Pos, Sources, LOCAL_WINDOW};
 
 /// Vote bonus of the occurrence nearest after the anchor (locality).
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LOCAL_BONUS: f64 = 32.0;
 /// Vote weight of the copy pointer per token of match length.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const POINTER_WEIGHT: f64 = 0.5;
 /// How much more an occurrence weighs per extra matching token, relative to the order.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LONGER_WEIGHT: f64 = 16.0;
 /// Distinct candidate tokens scored at a draft position.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const CANDIDATES: usize = 8;
 
 /// The prior of a token's acceptance (before its calibration cell has
@@ -32,16 +32,17 @@ const CANDIDATES: usize = 8;
 /// `reach` grows with the context order up to [`REACH_ORDER`] (1 when the
 /// copy pointer agrees): a vote over 1-token contexts is weak evidence, one
 /// over 16-token contexts strong. The three trade tau for acceptance as the
-/// threshold does. Tuned on the samples' replays at -50% and +50%
-/// (2026-12-01, before the session lean; DESIGN.md, "Tuned constants").
+/// threshold does.
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const PRIOR_BASE: f64 = 0.3;
 /// See [`PRIOR_BASE`].
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const PRIOR_SLOPE: f64 = 0.65;
 /// The context order from which a vote counts as fully specific.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const REACH_ORDER: f64 = 16.0;
 
 /// The candidates of one draft position: a range of [`Work::candidates`].

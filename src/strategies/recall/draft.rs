@@ -13,8 +13,8 @@ use super::sources::{CopyCandidate, Pointer, Pos, Sources};
 use super::Recall;
 
 /// With a match this long, the copy pointer drafts without a vote.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const COPY_MATCH: usize = 24;
 
 /// One draft call's loop state.

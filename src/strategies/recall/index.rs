@@ -20,13 +20,16 @@ pub(super) const K: usize = ORDERS.len();
 /// cache, which matters more than the few extra chain steps (tags filter
 /// them): the `draft/recall` benches at 128k were fastest at four (two and
 /// one bucket per context slower, eight and sixteen the same within noise;
-/// DESIGN.md, "Why each index exists").
+/// DESIGN.md, "Why each index exists"). Which contexts share a bucket
+/// decides what a walk finds, so it moves drafts too: BENCHMARKS.md,
+/// "Sensitivity of recall's tuned constants".
 pub(super) const MAX_LOAD: usize = 4;
 /// Smallest bucket array, of a sequence's own index and of the engine-wide
 /// memory alike: 2^8 buckets per order (8 KiB in all), grown with what they
 /// hold, so that a drafter made per request, or a scope's new memory, does
-/// not start by filling 128 KiB (2^12: the drafts are the same). Tuned with
-/// the session lean (2026-12-02; DESIGN.md, "Tuned constants").
+/// not start by filling 128 KiB (its cost: DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 pub(super) const MIN_BITS: u32 = if cfg!(loom) { 1 } else { 8 };
 /// Heap bytes per indexed token at most: the token (4), one 8-byte link per
 /// order (64) and up to one bucket per two contexts of each order (16).

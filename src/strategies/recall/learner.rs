@@ -11,8 +11,8 @@ use super::score::{Features, Weights, F};
 
 /// Draft calls between two merges of this sequence's selector steps into the
 /// engine-wide weights (and back).
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 pub(super) const SYNC_EVERY: u32 = 4;
 
 /// The selector's weights as every sequence learned them (behind a mutex in

@@ -6,12 +6,12 @@ use super::index::Chains;
 use super::sources::{Pointer, Pos, Sources};
 
 /// Copy regions remembered for locality.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 pub(super) const ANCHORS: usize = 4;
 /// Sources closer than this belong to the same region.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const REGION: u64 = 512;
 
 /// Where drafting resumes.

@@ -5,17 +5,17 @@
 use crate::token::Token;
 
 /// Step size of the online selector.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LEARNING_RATE: f64 = 0.1;
 /// Bound on each weight, so that no run of one-sided evidence saturates one.
-/// Not exercised by the samples' replays (identical figures at -50% and
-/// +50%, 2026-12-01; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const MAX_WEIGHT: f64 = 50.0;
 /// Initial weight of the vote share (the others start at 0): before any
 /// evidence the selector picks the most voted token.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const VOTE_WEIGHT: f64 = 6.0;
 /// Number of features.
 pub(super) const F: usize = 8;

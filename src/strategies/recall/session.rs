@@ -14,27 +14,27 @@ use super::sources::Sources;
 
 /// A new prompt that keeps less than this much of the previous history (or
 /// less than half of it) starts a new session.
-/// Not exercised by the samples' replays (identical figures at -50% and
-/// +50%, 2026-12-01; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const SESSION_MIN_COMMON: usize = 64;
 /// Steps between the probes of a new prompt for text the memory already holds.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const KNOWN_STRIDE: usize = 64;
 /// Memory ranges remembered as copies of this sequence's own text.
-/// Not exercised by the samples' replays (identical figures at -50% and
-/// +50%, 2026-12-01; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const MIRRORED: usize = 32;
 /// A request in flight publishes its tokens to the engine-wide memory once
 /// this many are new, so that the requests decoded beside it draft from
 /// them (parallel sampling, agent fan-out, similar tasks in one batch).
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const PUBLISH_EVERY: u64 = 16;
 /// The most tokens a draft call publishes in flight; a longer backlog (a
 /// new long prompt) is published when the request ends.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const INFLIGHT_MAX: u64 = 256;
 
 /// Whether taking in a history kept the session or started a new one.

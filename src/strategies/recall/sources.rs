@@ -13,31 +13,31 @@ use super::locality::ANCHORS;
 use super::memory::{Span, View};
 
 /// Occurrences examined at the longest matching order.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const OCCURRENCES: usize = 8;
 /// The engine-wide memory is asked at an order only when the session's own
 /// index has fewer occurrences than this there: a memory probe is a few
 /// cache misses, and the session's own evidence weighs four times more.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const MEMORY_BELOW: usize = 1;
 /// Weight of an occurrence in the current session relative to the
 /// engine-wide memory's (earlier turns of a chat, the file being edited).
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const SESSION_WEIGHT: f64 = 4.0;
 /// Weight of an occurrence in the current request's own output.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const REQUEST_WEIGHT: f64 = 4.0;
 /// How far after an anchor locality looks.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 pub(super) const LOCAL_WINDOW: u64 = 256;
 /// A resumed copy needs this many matching context tokens.
-/// Tuned on the samples' replays at -50% and +50% (2026-12-01, before the
-/// session lean; DESIGN.md, "Tuned constants").
+/// Its sensitivity (replays at half and double, today's drafts):
+/// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
 const LOCAL_MIN_MATCH: usize = 1;
 
 /// A position in the sequence's own index or in the engine-wide memory: the
