@@ -27,8 +27,9 @@
 //!   published figure of recall. It is not part of the memory file format
 //!   (a file holds tokens; the chains are rebuilt on load).
 //! - [`key4_hash`]: ngram-cache's n-gram keys in its hash tables. Placement
-//!   only: lookups compare keys, and bulk learning puts n-grams back in
-//!   first-occurrence order, so drafts do not depend on it (llama.cpp's own
+//!   only: lookups compare keys, bulk learning puts n-grams back in
+//!   first-occurrence order and saved files list them in insertion order,
+//!   so neither drafts nor files depend on it (llama.cpp's own
 //!   hash decides only its `unordered_map` iteration order, which the
 //!   portable tie-break replaces).
 //! - [`fnv1a`]: the checksum of memory files and replica messages: part of
