@@ -13,7 +13,7 @@ use crate::sync::{lock, lock_std, try_lock, AtomicU64, Mutex, Ordering};
 use crate::token::Token;
 
 use super::calibrate::{Calibration, CELLS};
-use super::index::{tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K, ORDERS};
+use super::index::{tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K};
 use super::score::Weights;
 use ring::{Batch, Ring, Tables, MIN_CAPACITY};
 use runs::Runs;
@@ -252,7 +252,10 @@ impl RecallMemory {
     /// draft: for the tests and the model check.
     #[cfg(any(test, loom, feature = "internals"))]
     fn followers_in(&self, context: &[Token]) -> Vec<Token> {
-        let Some(o) = ORDERS.iter().position(|&k| k == context.len()) else {
+        let Some(o) = super::index::ORDERS
+            .iter()
+            .position(|&k| k == context.len())
+        else {
             return Vec::new();
         };
         let mut rolling = [0; K];
