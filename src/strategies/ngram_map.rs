@@ -16,7 +16,7 @@ const MAX_VALUES: usize = 4;
 const MAX_COUNT: u16 = 16380;
 
 /// The reference's hash of an n-gram is `h = h * 2654435761 + t` in u32: the
-/// low half of the same polynomial in u64, which can be rolled (see `poly`).
+/// low half of the same polynomial in u64, which can be rolled (see `index::hash`).
 /// The golden traces pin the slots it gives.
 #[inline]
 fn slot(h: u64) -> usize {
