@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 use selfspec::{verify, Config, Shared, Speculative};
+use selfspec_conversations::argmax_gap;
 
 use crate::{Error, Model};
 
@@ -107,22 +108,7 @@ impl Generation {
 /// [`Error::Candle`] if `logits` is not a 2-d f32 tensor.
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
     let rows = logits.to_vec2::<f32>()?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
-            for (i, &x) in row.iter().enumerate() {
-                if x > top {
-                    second = top;
-                    top = x;
-                    best = i;
-                } else if x > second {
-                    second = x;
-                }
-            }
-            (u32::try_from(best).unwrap_or(u32::MAX), top - second)
-        })
-        .collect())
+    Ok(rows.iter().map(|row| argmax_gap(row)).collect())
 }
 
 /// Plain greedy decoding: `max_tokens` tokens after `prompt`, one forward

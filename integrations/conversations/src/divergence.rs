@@ -69,6 +69,29 @@ pub fn compare<T: PartialEq>(
     }
 }
 
+/// A logit row's greedy choice and its top-1 minus top-2 logit gap, the gap
+/// [`compare`] reads to tell a near tie. The first of equal logits wins
+/// (gap 0); a row without a second logit has an infinite gap.
+#[must_use]
+pub fn argmax_gap(row: &[f32]) -> (u32, f32) {
+    let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for (i, &x) in row.iter().enumerate() {
+        if x > top {
+            second = top;
+            top = x;
+            best = i;
+        } else if x > second {
+            second = x;
+        }
+    }
+    let gap = if second == f32::NEG_INFINITY {
+        f32::INFINITY
+    } else {
+        top - second
+    };
+    (u32::try_from(best).unwrap_or(u32::MAX), gap)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +164,19 @@ mod tests {
             compare::<u32>(&[], &[], &[1], 1e9),
             Divergence::NotNearTie { .. }
         ));
+    }
+
+    #[test]
+    fn argmax_gap_cases() {
+        let cases: [(&[f32], u32, f32); 5] = [
+            (&[0.5, 2.0, 1.25], 1, 0.75),
+            (&[3.0, 3.0, 1.0], 0, 0.0),
+            (&[-1.0, -4.0], 0, 3.0),
+            (&[7.0], 0, f32::INFINITY),
+            (&[], 0, f32::INFINITY),
+        ];
+        for (row, token, gap) in cases {
+            assert_eq!(super::argmax_gap(row), (token, gap), "{row:?}");
+        }
     }
 }

@@ -32,7 +32,7 @@ pub use config::{config, strategy_label};
 pub use conversation::{
     default_data_dir, figure_set, load, model_path, read, Conversation, Source, MODEL_FILE,
 };
-pub use divergence::{compare, Divergence};
+pub use divergence::{argmax_gap, compare, Divergence};
 pub use error::Error;
 pub use progress::Progress;
 pub use report::{print_table, write_json, Decoded, Summary, Tally};

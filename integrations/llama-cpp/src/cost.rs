@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::argmax_gap;
 use crate::{Decoder, Error};
+use selfspec_conversations::argmax_gap;
 
 /// The median time of one pass of `tokens` tokens (logits for each).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -17,7 +17,9 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 use selfspec::{verify, Speculative};
 
-use crate::model::{argmax_gap, backend};
+use selfspec_conversations::argmax_gap;
+
+use crate::model::backend;
 
 mod probe;
 use crate::{Error, Model};

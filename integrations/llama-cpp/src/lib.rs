@@ -41,4 +41,5 @@ pub mod run;
 
 pub use decoder::{Counters, Decoder, Finished, Reply, Settings, Stop};
 pub use error::Error;
-pub use model::{argmax_gap, Message, Model, Role};
+pub use model::{Message, Model, Role};
+pub use selfspec_conversations::argmax_gap;

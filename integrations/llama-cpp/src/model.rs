@@ -189,20 +189,3 @@ impl Model {
         Ok(self.tokenize(&text))
     }
 }
-
-/// The greedy choice of a logit row and its margin: the argmax (the first
-/// index on a tie) and the top-1 minus top-2 logit.
-#[must_use]
-pub fn argmax_gap(row: &[f32]) -> (u32, f32) {
-    let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for (i, &x) in row.iter().enumerate() {
-        if x > top {
-            second = top;
-            top = x;
-            best = i;
-        } else if x > second {
-            second = x;
-        }
-    }
-    (u32::try_from(best).unwrap_or(u32::MAX), top - second)
-}
