@@ -16,6 +16,8 @@ usage: selfspec-llama-cpp [options]
   --threads N            llama.cpp's CPU threads (default: all cores)
   --context N            tokens one sequence's context holds (default 8192);
                          a turn whose prompt does not fit is skipped, counted
+  --flash-attn on|off    llama.cpp's flash attention (default off: slower on
+                         CPUs for passes under 64 tokens)
   --strategy S           a drafting strategy as the replay tool takes it
                          (NAME[:k=v,...]); several form a chain; default recall
   --draft-max N, --draft-min N   draft limits of the set
@@ -27,8 +29,8 @@ usage: selfspec-llama-cpp [options]
   --near-tie X           top-1/top-2 logit gap under which a different reply
                          is a near tie (default: measured at start, twice the
                          largest batched vs one-token logit difference)
-  --pass-cost            print llama.cpp's pass-cost curve (1, 2, 4, 8, 16, 17,
-                         32 tokens after a 256-token cache) and exit
+  --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
+                         caches of 256, 2048 and 4096 tokens) and exit
   --json FILE            one object per set and kind, and one for all kinds
   -h, --help             this help";
 
@@ -63,6 +65,7 @@ pub struct Args {
     pub sets: Vec<SetArgs>,
     pub near_tie: Option<f32>,
     pub pass_cost: bool,
+    pub flash_attention: bool,
     pub json: Option<PathBuf>,
     pub help: bool,
 }
@@ -99,6 +102,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         sets: vec![SetArgs::default()],
         near_tie: None,
         pass_cost: false,
+        flash_attention: false,
         json: None,
         help: false,
     };
@@ -148,6 +152,13 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 );
             }
             "--pass-cost" => a.pass_cost = true,
+            "--flash-attn" => {
+                a.flash_attention = match value("--flash-attn")?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("--flash-attn: {v:?} is not on or off")),
+                }
+            }
             "--json" => a.json = Some(value("--json")?.into()),
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }

@@ -37,12 +37,18 @@ pub struct Settings {
     pub batch: usize,
     /// The most tokens one step puts into its batch, all sequences together
     /// (each live sequence's draft is cut to its share). The default, 63,
-    /// keeps steps under 64 rows: on llama.cpp's CPU backend, passes of up
-    /// to 63 tokens give logits bit for bit equal to one-token passes on
-    /// this package's model, and passes of 64 or more do not (a different
-    /// matrix-multiplication path), which would let speculative output
-    /// drift from plain output at near ties.
+    /// keeps steps under 64 rows, where llama.cpp's CPU kernels change path
+    /// (with flash attention on, its tiled kernel starts at 64 rows and sums
+    /// in another order), and bounds what one rejected draft can cost.
     pub step_tokens: usize,
+    /// Whether llama.cpp's attention runs as flash attention. Off by
+    /// default: on this package's model and a 2-core AVX-512 CPU, llama.cpp's
+    /// CPU flash attention makes a one-token pass after a 4,096-token cache
+    /// about 2.5 times slower, and a pass of up to 63 tokens (the tiled
+    /// kernel starts at 64) about 7 times slower, than plain attention
+    /// (BENCHMARKS.md, "llama.cpp's pass cost"); llama.cpp's own default
+    /// (`auto`) turns it on for the CPU.
+    pub flash_attention: bool,
 }
 
 impl Default for Settings {
@@ -53,6 +59,7 @@ impl Default for Settings {
             threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             batch: 2048,
             step_tokens: 63,
+            flash_attention: false,
         }
     }
 }
@@ -210,7 +217,12 @@ impl<'m> Decoder<'m> {
             .with_n_batch(as_u32(s.batch)?)
             .with_n_seq_max(as_u32(s.sequences)?)
             .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+            .with_n_threads_batch(threads)
+            .with_flash_attention_policy(if s.flash_attention {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
+            } else {
+                llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+            });
         let ctx = model
             .inner
             .new_context(backend()?, params)

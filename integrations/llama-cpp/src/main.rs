@@ -27,9 +27,9 @@ struct Set {
     divergences: Vec<TurnDivergence>,
 }
 
-fn print_curve(curve: &[PassCost]) {
+fn print_curve(cache: usize, curve: &[PassCost]) {
     let t1 = curve.first().map_or(1e-9, |c| c.median.as_secs_f64());
-    println!("llama.cpp pass cost after a 256-token cache (median of 15):");
+    println!("llama.cpp pass cost after a {cache}-token cache (median of 15):");
     for c in curve {
         let t = c.median.as_secs_f64();
         println!(
@@ -119,23 +119,30 @@ fn run(args: &Args) -> Result<bool, Error> {
         threads: args.threads.unwrap_or(Settings::default().threads),
         batch: 2048.max(args.parallel * 2),
         step_tokens: 63.max(args.parallel),
+        flash_attention: args.flash_attention,
     };
     let mut decoder = Decoder::new(&model, settings)?;
     println!(
-        "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads",
+        "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}",
         path.display(),
         model.n_vocab(),
         model.n_ctx_train(),
         loading.elapsed().as_secs_f64(),
         settings.sequences,
         settings.context,
-        settings.threads
+        settings.threads,
+        if settings.flash_attention { "on" } else { "off" }
     );
     if args.pass_cost {
-        let curve = cost::pass_cost_curve(&mut decoder, 0, 256, &[1, 2, 4, 8, 16, 17, 32], 15)?;
-        print_curve(&curve);
-        let c = cost::token_cost(1, curve[0].median, curve[5].median);
-        println!("token cost (S = 1): {c:.3} = (t(17) - t(1)) / 16 / t(1)");
+        // Conversations' caches grow to thousands of tokens (code edits):
+        // a pass's cost is measured at several lengths, not only 256.
+        for cache in [256, 2048, 4096] {
+            let sizes = [1, 2, 4, 8, 16, 17, 32, 48, 63];
+            let curve = cost::pass_cost_curve(&mut decoder, 0, cache, &sizes, 15)?;
+            print_curve(cache, &curve);
+            let c = cost::token_cost(1, curve[0].median, curve[5].median);
+            println!("token cost (S = 1): {c:.3} = (t(17) - t(1)) / 16 / t(1)");
+        }
         return Ok(true);
     }
     let sources = if args.conversations.is_empty() {
