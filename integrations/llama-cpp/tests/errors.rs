@@ -51,6 +51,7 @@ fn solo_reply(model: &Model, prompt: &[u32]) -> Vec<u32> {
             threads: 2,
             batch: 512,
             step_tokens: 63,
+            flash_attention: false,
         },
     )
     .unwrap();
@@ -71,6 +72,7 @@ fn a_prompt_over_the_context_is_refused_and_the_other_sequence_goes_on() {
         threads: 2,
         batch: 512,
         step_tokens: 63,
+        flash_attention: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let prompt = model
@@ -127,6 +129,7 @@ fn a_reply_stops_at_the_end_of_the_context() {
         threads: 2,
         batch: 64,
         step_tokens: 63,
+        flash_attention: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let prompt = model
@@ -157,6 +160,7 @@ fn a_conversation_over_the_context_is_skipped_and_counted() {
         threads: 2,
         batch: 256,
         step_tokens: 63,
+        flash_attention: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let conv = |id: &str, turn: String| Conversation {

@@ -35,5 +35,6 @@ pub fn settings(sequences: usize) -> Settings {
         threads: 2,
         batch: 1024,
         step_tokens: 63,
+        flash_attention: false,
     }
 }
