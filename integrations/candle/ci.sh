@@ -21,7 +21,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --locked -q
 cargo test --release --locked -- --test-threads 1
 step "tests"
 
-# The command on a few conversations of each kind: it exits 1 if a reply
+# The command on a few conversations of each kind: it exits 3 if a reply
 # differs from plain decoding away from a near tie.
 out=$(mktemp -d)
 cargo run --release --locked -q -- --max-tokens 48 --json "$out/figures.json" \

@@ -10,144 +10,48 @@ use std::time::Instant;
 
 use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
 use selfspec_candle::{decode, numerics, GgufFile, Model, Representation, TextTokenizer};
-use selfspec_conversations::{self as conv, Conversation, Decoded, Progress, Source, Tally};
+use selfspec_conversations::cli::{self, CommonArgs};
+use selfspec_conversations::{self as conv, Conversation, Decoded, Progress, Tally};
 
-const HELP: &str = "\
-usage: selfspec-candle [options]
-  --gguf PATH            the model (default: $SELFSPEC_MODEL, else the file
-                         integrations/fetch-model.sh fetches)
+fn help() -> String {
+    format!(
+        "usage: selfspec-candle [options]
+{}
   --tokenizer FILE       a tokenizer.json to use instead of the GGUF's own
-  --conversations FILE[:N]...  text conversations (JSON Lines; :N = the first N);
-                         default: the figure set (all code-edit sessions,
-                         10 chat sessions, 40 code problems)
-  --max-tokens N         tokens a reply may have (default 256)
   --weights REPR         q8_0 (default), f32 or native (as stored)
-  --strategy S           a drafting strategy as the replay tool takes it
-                         (NAME[:k=v,...]); several form a chain; default recall
-  --draft-max N, --draft-min N   draft limits of the set
-  --token-cost auto|none|X  the set's token cost (default auto: measured from
-                         the model's own pass times at start)
-  --next                 start another drafting set (the options above after
-                         it belong to it); every set is compared with the
-                         same plain decoding, turn by turn
-  --near-tie X           top-1/top-2 logit gap under which a different reply
-                         is a near tie (default: measured bound of --weights)
-  --json FILE            one object per set and kind, and one for all kinds
-  -h, --help             this help";
-
-/// A set's `--token-cost`.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-enum Cost {
-    /// Measured from the model's pass times at start.
-    #[default]
-    Auto,
-    /// No token cost given to selfspec.
-    Off,
-    /// This one.
-    Fixed(f64),
-}
-
-#[derive(Debug, Default)]
-struct SetArgs {
-    strategies: Vec<String>,
-    draft_max: Option<usize>,
-    draft_min: Option<usize>,
-    cost: Cost,
+The near-tie bound is the one measured for --weights. Exit status: 0, every
+reply as plain decoding's or different at a near tie; 3, a reply differs
+elsewhere; 1, an error; 2, a bad argument.",
+        cli::COMMON_HELP
+    )
 }
 
 #[derive(Debug)]
 struct Args {
-    gguf: Option<PathBuf>,
+    common: CommonArgs,
     tokenizer: Option<PathBuf>,
-    conversations: Vec<Source>,
-    max_tokens: usize,
     weights: Representation,
-    sets: Vec<SetArgs>,
-    near_tie: Option<f32>,
-    json: Option<PathBuf>,
-    help: bool,
 }
 
-fn positive(name: &str, v: &str) -> Result<usize, String> {
-    v.parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("{name}: {v:?} is not a positive integer"))
-}
-
-fn cost(v: &str) -> Result<Cost, String> {
-    match v {
-        "auto" => Ok(Cost::Auto),
-        "none" => Ok(Cost::Off),
-        x => match x.parse::<f64>() {
-            Ok(c) if (0.0..1.0).contains(&c) => Ok(Cost::Fixed(c)),
-            _ => Err(format!(
-                "--token-cost: {v:?} is not auto, none or a number in [0, 1)"
-            )),
-        },
-    }
-}
-
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        gguf: None,
-        tokenizer: None,
-        conversations: Vec::new(),
-        max_tokens: 256,
-        weights: Representation::Q8_0,
-        sets: vec![SetArgs::default()],
-        near_tie: None,
-        json: None,
-        help: false,
-    };
-    // After --conversations, the arguments up to the next option are files.
-    let mut files = false;
-    while let Some(arg) = it.next() {
-        if files && !arg.starts_with('-') {
-            a.conversations
-                .push(arg.parse().map_err(|e: conv::Error| e.to_string())?);
-            continue;
-        }
-        files = false;
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let n = a.sets.len() - 1;
-        let set = &mut a.sets[n];
-        match arg.as_str() {
-            "-h" | "--help" => a.help = true,
-            "--gguf" => a.gguf = Some(value("--gguf")?.into()),
-            "--tokenizer" => a.tokenizer = Some(value("--tokenizer")?.into()),
-            "--conversations" => files = true,
-            "--max-tokens" => a.max_tokens = positive("--max-tokens", &value("--max-tokens")?)?,
+fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let (mut tokenizer, mut weights) = (None, Representation::Q8_0);
+    let common = cli::parse(it, |option, value| {
+        match option {
+            "--tokenizer" => tokenizer = Some(value(option)?.into()),
             "--weights" => {
-                a.weights = value("--weights")?
+                weights = value(option)?
                     .parse()
                     .map_err(|e| format!("--weights: {e}"))?;
             }
-            "--strategy" | "-s" => set.strategies.push(value("--strategy")?),
-            "--draft-max" => set.draft_max = Some(positive("--draft-max", &value("--draft-max")?)?),
-            "--draft-min" => {
-                let v = value("--draft-min")?;
-                set.draft_min = Some(
-                    v.parse()
-                        .map_err(|_| format!("--draft-min: {v:?} is not an integer"))?,
-                );
-            }
-            "--token-cost" => set.cost = cost(&value("--token-cost")?)?,
-            "--next" => a.sets.push(SetArgs::default()),
-            "--near-tie" => {
-                let v = value("--near-tie")?;
-                a.near_tie = Some(
-                    v.parse()
-                        .ok()
-                        .filter(|x: &f32| x.is_finite() && *x >= 0.0)
-                        .ok_or_else(|| format!("--near-tie: {v:?} is not a non-negative number"))?,
-                );
-            }
-            "--json" => a.json = Some(value("--json")?.into()),
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
+            _ => return Ok(false),
         }
-    }
-    Ok(a)
+        Ok(true)
+    })?;
+    Ok(Args {
+        common,
+        tokenizer,
+        weights,
+    })
 }
 
 fn err(e: selfspec_candle::Error) -> String {
@@ -156,7 +60,7 @@ fn err(e: selfspec_candle::Error) -> String {
 
 /// The model and its tokenizer, as `args` say.
 fn load(args: &Args) -> Result<(Model, TextTokenizer), String> {
-    let path = conv::model_path(args.gguf.clone()).map_err(|e| e.to_string())?;
+    let path = conv::model_path(args.common.gguf.clone()).map_err(|e| e.to_string())?;
     let loading = Instant::now();
     let mut file = GgufFile::open(&path).map_err(err)?;
     let tokenizer = match &args.tokenizer {
@@ -183,22 +87,16 @@ fn load(args: &Args) -> Result<(Model, TextTokenizer), String> {
 fn draft_sets(args: &Args, model: &mut Model) -> Result<Vec<DraftSet>, String> {
     let mut measured = None;
     let mut sets = Vec::new();
-    for s in &args.sets {
+    for s in &args.common.sets {
         let config =
             conv::config(&s.strategies, s.draft_max, s.draft_min).map_err(|e| e.to_string())?;
-        let token_cost = match s.cost {
-            Cost::Off => None,
-            Cost::Fixed(x) => Some(x),
-            Cost::Auto => Some(match measured {
-                Some(x) => x,
-                None => {
-                    let x = decode::measure_token_cost(model).map_err(err)?;
-                    println!("measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)");
-                    measured = Some(x);
-                    x
-                }
-            }),
-        };
+        let token_cost = s.cost.resolve(&mut measured, || {
+            let x = decode::measure_token_cost(model).map_err(err)?;
+            println!(
+                "measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)"
+            );
+            Ok::<f64, String>(x)
+        })?;
         let mut label = conv::strategy_label(&s.strategies);
         if s.draft_min.is_some() || s.draft_max.is_some() {
             label = format!(
@@ -261,23 +159,19 @@ fn decode_all(
 }
 
 fn run(args: &Args) -> Result<bool, String> {
-    let sources = if args.conversations.is_empty() {
-        conv::figure_set(&conv::default_data_dir())
-    } else {
-        args.conversations.clone()
-    };
-    let conversations = conv::load(&sources).map_err(|e| e.to_string())?;
+    let conversations = conv::load(&args.common.sources()).map_err(|e| e.to_string())?;
     let (mut model, tokenizer) = load(args)?;
     let sets = draft_sets(args, &mut model)?;
     let labels: Vec<String> = sets.iter().map(|s| s.label.clone()).collect();
     let near_tie = args
+        .common
         .near_tie
         .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
     let mut chat = Chat {
         model: &mut model,
         tokenizer: &tokenizer,
         sets,
-        max_tokens: args.max_tokens,
+        max_tokens: args.common.max_tokens,
     };
     let tallies = decode_all(&mut chat, &conversations, near_tie)?;
 
@@ -288,7 +182,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let mut out = std::io::stdout().lock();
     conv::print_table(&mut out, &summaries).map_err(|e| e.to_string())?;
     println!("near-tie bound: {near_tie} (top-1 / top-2 logit gap of the plain pass)");
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         conv::write_json(path, &summaries).map_err(|e| e.to_string())?;
     }
     Ok(summaries.iter().all(|s| s.diverged_not_near_tie == 0))
@@ -302,19 +196,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.help {
-        println!("{HELP}");
+    if args.common.help {
+        println!("{}", help());
         return ExitCode::SUCCESS;
     }
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("selfspec-candle: a speculative reply differs from the plain one away from a near tie");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("selfspec-candle: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::exit_code("selfspec-candle", run(&args))
 }

@@ -36,26 +36,7 @@ const IM_END: &str = "<|im_end|>";
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
 
-/// Who says a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The system prompt.
-    System,
-    /// The user.
-    User,
-    /// The model.
-    Assistant,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
-    }
-}
+pub use selfspec_conversations::Role;
 
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,6 +22,29 @@ pub struct Conversation {
     pub turns: Vec<String>,
 }
 
+/// Who wrote a chat message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The system prompt.
+    System,
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+impl Role {
+    /// The role's name in chat templates (`system`, `user`, `assistant`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
 /// A conversation file, and optionally how many of its conversations to take
 /// from its start. Parsed from `FILE` or `FILE:N`.
 #[derive(Clone, Debug, PartialEq, Eq)]

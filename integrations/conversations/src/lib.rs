@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cli;
 mod config;
 mod conversation;
 mod divergence;
@@ -30,7 +31,7 @@ mod report;
 
 pub use config::{config, strategy_label};
 pub use conversation::{
-    default_data_dir, figure_set, load, model_path, read, Conversation, Source, MODEL_FILE,
+    default_data_dir, figure_set, load, model_path, read, Conversation, Role, Source, MODEL_FILE,
 };
 pub use divergence::{argmax_gap, compare, Divergence};
 pub use error::Error;

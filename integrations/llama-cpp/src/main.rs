@@ -10,12 +10,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use selfspec::Shared;
-use selfspec_conversations::{self as conv, Conversation, Progress, Summary, Tally};
+use selfspec_conversations::{self as conv, cli, Conversation, Progress, Summary, Tally};
 use selfspec_llama_cpp::cost::{self, PassCost};
 use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
 use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
 
-use args::{Args, Cost, HELP};
+use args::Args;
 
 /// One drafting set, ready to run.
 struct Set {
@@ -52,24 +52,16 @@ fn kinds(conversations: &[Conversation]) -> Vec<String> {
 fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error> {
     let mut measured = None;
     let mut sets = Vec::new();
-    for s in &args.sets {
+    for s in &args.common.sets {
         let config = conv::config(&s.strategies, s.draft_max, s.draft_min)?;
-        let token_cost = match s.cost {
-            Cost::Off => None,
-            Cost::Fixed(x) => Some(x),
-            Cost::Auto => Some(match measured {
-                Some(x) => x,
-                None => {
-                    let x = cost::measure_token_cost(decoder, args.parallel)?;
-                    println!(
-                        "measured token cost: {x:.3} (S = {}: (t(S + 16) - t(S)) / 16 / (t(S) / S) after a 256-token cache)",
-                        args.parallel
-                    );
-                    measured = Some(x);
-                    x
-                }
-            }),
-        };
+        let token_cost = s.cost.resolve(&mut measured, || {
+            let x = cost::measure_token_cost(decoder, args.parallel)?;
+            println!(
+                "measured token cost: {x:.3} (S = {}: (t(S + 16) - t(S)) / 16 / (t(S) / S) after a 256-token cache)",
+                args.parallel
+            );
+            Ok::<f64, Error>(x)
+        })?;
         let mut label = conv::strategy_label(&s.strategies);
         if let Some(c) = token_cost {
             label = format!("{label} (cost {c:.3})");
@@ -91,7 +83,7 @@ fn near_tie_bound(
     decoder: &mut Decoder<'_>,
     first: &Conversation,
 ) -> Result<f32, Error> {
-    if let Some(b) = args.near_tie {
+    if let Some(b) = args.common.near_tie {
         return Ok(b);
     }
     let model = decoder.model();
@@ -110,7 +102,7 @@ fn near_tie_bound(
 }
 
 fn run(args: &Args) -> Result<bool, Error> {
-    let path = conv::model_path(args.gguf.clone())?;
+    let path = conv::model_path(args.common.gguf.clone())?;
     let loading = Instant::now();
     let model = Model::load(&path)?;
     let settings = Settings {
@@ -145,12 +137,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         }
         return Ok(true);
     }
-    let sources = if args.conversations.is_empty() {
-        conv::figure_set(&conv::default_data_dir())
-    } else {
-        args.conversations.clone()
-    };
-    let conversations = conv::load(&sources)?;
+    let conversations = conv::load(&args.common.sources())?;
     let Some(first) = conversations.first() else {
         println!("no conversations");
         return Ok(true);
@@ -162,7 +149,7 @@ fn run(args: &Args) -> Result<bool, Error> {
     let started = Instant::now();
     for kind in kinds(&conversations) {
         let convs: Vec<&Conversation> = conversations.iter().filter(|c| c.kind == kind).collect();
-        let plain = run::decode_pass(&mut decoder, &convs, args.max_tokens, None, None)?;
+        let plain = run::decode_pass(&mut decoder, &convs, args.common.max_tokens, None, None)?;
         let texts = run::reply_texts(&decoder, &plain);
         let plain_generated: usize = plain
             .replies
@@ -180,7 +167,7 @@ fn run(args: &Args) -> Result<bool, Error> {
             let spec = run::decode_pass(
                 &mut decoder,
                 &convs,
-                args.max_tokens,
+                args.common.max_tokens,
                 Some(&texts),
                 Some(&drafting),
             )?;
@@ -236,7 +223,7 @@ fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Erro
         all.extend(rows);
     }
     println!("wall {wall:.1} s");
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         conv::write_json(path, &all)?;
     }
     Ok(ok)
@@ -250,16 +237,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.help {
-        println!("{HELP}");
+    if args.common.help {
+        println!("{}", args::help());
         return ExitCode::SUCCESS;
     }
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(3),
-        Err(e) => {
-            eprintln!("selfspec-llama-cpp: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::exit_code("selfspec-llama-cpp", run(&args).map_err(|e| e.to_string()))
 }

@@ -25,26 +25,7 @@ pub(crate) fn backend() -> Result<&'static LlamaBackend, Error> {
         .map_err(|e| Error::Backend(e.clone()))
 }
 
-/// Who wrote a chat message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The system prompt.
-    System,
-    /// The user.
-    User,
-    /// The model.
-    Assistant,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
-    }
-}
+pub use selfspec_conversations::Role;
 
 /// One message of a conversation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
