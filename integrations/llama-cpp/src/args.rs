@@ -16,8 +16,8 @@ pub fn help() -> String {
                          CPUs for passes under 64 tokens)
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
-The near-tie bound is measured at start: twice the largest batched vs
-one-token logit difference. Exit status: 0, every reply as plain decoding's
+The near-tie bound is measured at start: the largest shift of a top-1
+margin between batched and one-token passes. Exit status: 0, every reply as plain decoding's
 or different at a near tie; 3, a reply differs elsewhere; 1, an error;
 2, a bad argument.",
         cli::COMMON_HELP

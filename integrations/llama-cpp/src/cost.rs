@@ -120,17 +120,88 @@ pub fn measure_token_cost(decoder: &mut Decoder<'_>, sequences: usize) -> Result
 pub struct LogitNoise {
     /// The largest |batched - one-token| logit difference seen.
     pub max_abs_diff: f32,
+    /// The largest change of a one-token pass's margin between its greedy
+    /// choice and another token (top logit minus that token's) that a
+    /// batched pass made, over the tokens close enough to the top to be
+    /// overtaken (see [`RowNoise`]).
+    pub max_margin_shift: f32,
     /// Positions compared, each over the whole vocabulary.
     pub rows: usize,
 }
 
 impl LogitNoise {
-    /// The near-tie bound: a greedy choice whose top-1 / top-2 gap is at
-    /// least twice the largest logit difference cannot flip (each of the two
-    /// logits moves by at most that much).
+    /// Nothing compared yet.
+    pub const NONE: LogitNoise = LogitNoise {
+        max_abs_diff: 0.0,
+        max_margin_shift: 0.0,
+        rows: 0,
+    };
+
+    /// The near-tie bound: the largest margin shift measured. A batched
+    /// pass picks another token than the one-token pass only where the
+    /// margin between them moved by more than that token's gap, so a
+    /// choice whose top-1 / top-2 gap is above every shift measured did
+    /// not flip in any compared row.
     #[must_use]
     pub fn near_tie_bound(&self) -> f32 {
-        2.0 * self.max_abs_diff
+        self.max_margin_shift
+    }
+
+    /// Both measurements' worst rows.
+    #[must_use]
+    pub fn max(self, other: LogitNoise) -> LogitNoise {
+        LogitNoise {
+            max_abs_diff: self.max_abs_diff.max(other.max_abs_diff),
+            max_margin_shift: self.max_margin_shift.max(other.max_margin_shift),
+            rows: self.rows + other.rows,
+        }
+    }
+}
+
+/// One row's comparison: a batched pass's logits (`got`) against the
+/// one-token pass's (`want`) at the same position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowNoise {
+    /// max |got - want| over the vocabulary.
+    pub abs_diff: f32,
+    /// max |(got[a] - got[j]) - (want[a] - want[j])|, `a` the one-token
+    /// pass's greedy choice, over the tokens `j` whose margin
+    /// `want[a] - want[j]` is at most `2 * abs_diff`: a token farther
+    /// below cannot overtake `a` (each logit moved by at most
+    /// `abs_diff`). A shift both logits share (a whole row moved up or
+    /// down) changes no margin, which is why this is far below
+    /// `2 * abs_diff` on llama.cpp's quantized kernels.
+    pub margin_shift: f32,
+}
+
+impl RowNoise {
+    /// Compares `got` with `want` (same length).
+    #[must_use]
+    pub fn of(got: &[f32], want: &[f32]) -> RowNoise {
+        let abs_diff = got
+            .iter()
+            .zip(want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0.0f32, f32::max);
+        let (choice, _) = selfspec_conversations::argmax_gap(want);
+        let a = usize::try_from(choice).unwrap_or(usize::MAX);
+        let (Some(&got_a), Some(&want_a)) = (got.get(a), want.get(a)) else {
+            return RowNoise {
+                abs_diff,
+                margin_shift: 0.0,
+            };
+        };
+        let reach = 2.0 * abs_diff;
+        let margin_shift = got
+            .iter()
+            .zip(want)
+            .filter(|&(_, w)| want_a - w <= reach)
+            .map(|(g, w)| ((got_a - g) - (want_a - w)).abs())
+            .fold(0.0f32, f32::max);
+        RowNoise {
+            abs_diff,
+            margin_shift,
+        }
     }
 }
 
@@ -180,10 +251,7 @@ pub fn measure_logit_noise(
     for &t in &tokens[start..] {
         reference.push(decoder.evaluate(0, &[t])?.remove(0));
     }
-    let mut noise = LogitNoise {
-        max_abs_diff: 0.0,
-        rows: 0,
-    };
+    let mut noise = LogitNoise::NONE;
     for &len in pass_lens {
         decoder.truncate(0, start)?;
         for j in 1..=others {
@@ -200,13 +268,12 @@ pub fn measure_logit_noise(
             let rows = decoder.evaluate_batch(&parts)?.remove(0);
             for (i, got) in rows.iter().enumerate() {
                 let want = &reference[c * len + i];
-                let d = got
-                    .iter()
-                    .zip(want)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0f32, f32::max);
-                noise.max_abs_diff = noise.max_abs_diff.max(d);
-                noise.rows += 1;
+                let row = RowNoise::of(got, want);
+                noise = noise.max(LogitNoise {
+                    max_abs_diff: row.abs_diff,
+                    max_margin_shift: row.margin_shift,
+                    rows: 1,
+                });
             }
         }
     }
@@ -271,10 +338,7 @@ pub fn calibrate(
         }
         let long: Vec<u32> = tokens.iter().copied().cycle().take(end).collect();
         let at = noise_at(decoder, &long, end - CALIBRATION_WINDOW)?;
-        noise = LogitNoise {
-            max_abs_diff: noise.max_abs_diff.max(at.max_abs_diff),
-            rows: noise.rows + at.rows,
-        };
+        noise = noise.max(at);
     }
     Ok(noise)
 }
@@ -294,8 +358,57 @@ fn noise_at(decoder: &mut Decoder<'_>, tokens: &[u32], start: usize) -> Result<L
         return Ok(alone);
     }
     let beside = measure_logit_noise(decoder, tokens, start, &lens, others)?;
-    Ok(LogitNoise {
-        max_abs_diff: alone.max_abs_diff.max(beside.max_abs_diff),
-        rows: alone.rows + beside.rows,
-    })
+    Ok(alone.max(beside))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_moves_margins_by_what_differs_between_its_logits() {
+        // (got, want, abs_diff, margin_shift)
+        let cases: [(&[f32], &[f32], f32, f32); 5] = [
+            // the same row
+            (&[3.0, 1.0, 0.0], &[3.0, 1.0, 0.0], 0.0, 0.0),
+            // a whole row moved: no margin changes
+            (&[3.5, 3.0, 0.5], &[3.0, 2.5, 0.0], 0.5, 0.0),
+            // the top down, the runner-up up: the margin moves by both
+            (&[2.75, 3.0, 0.0], &[3.0, 2.75, 0.0], 0.25, 0.5),
+            // a token too far below the top to overtake it does not count
+            (&[3.0, 1.0, -9.0], &[3.0, 1.0, -10.0], 1.0, 0.0),
+            // nothing to compare
+            (&[], &[], 0.0, 0.0),
+        ];
+        for (got, want, abs_diff, margin_shift) in cases {
+            let row = RowNoise::of(got, want);
+            assert_eq!(
+                row,
+                RowNoise {
+                    abs_diff,
+                    margin_shift
+                },
+                "{got:?} against {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_bound_is_the_worst_margin_shift_of_every_row() {
+        let a = LogitNoise {
+            max_abs_diff: 2.0,
+            max_margin_shift: 0.3,
+            rows: 10,
+        };
+        let b = LogitNoise {
+            max_abs_diff: 1.0,
+            max_margin_shift: 0.5,
+            rows: 5,
+        };
+        let both = a.max(b);
+        assert_eq!(both.rows, 15);
+        assert_eq!(both.max_abs_diff, 2.0);
+        assert_eq!(both.near_tie_bound(), 0.5);
+        assert_eq!(LogitNoise::NONE.max(a), a);
+    }
 }

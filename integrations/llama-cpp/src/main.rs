@@ -95,7 +95,8 @@ fn near_tie_bound(
     let noise = cost::calibrate(decoder, prompt, 128)?;
     let bound = noise.near_tie_bound();
     println!(
-        "near-tie bound: {bound:.4} (twice the largest batched vs one-token logit difference, {:.4}, over {} rows)",
+        "near-tie bound: {bound:.4} (the largest shift of a top-1 margin between batched and one-token passes; \
+         largest logit difference {:.4}; over {} rows)",
         noise.max_abs_diff, noise.rows
     );
     Ok(bound)

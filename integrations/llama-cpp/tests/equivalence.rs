@@ -98,13 +98,14 @@ fn same_replies_fewer_passes(sequences: usize) {
     );
     // The exemption is not a blanket: most of plain's choices are farther
     // from their runner-up than the bound, and a different reply there
-    // fails the test. (How many replies meet a near tie is not bounded:
-    // with flash attention off, llama.cpp's batched and one-token passes
-    // differ a little in every row, so in a 128-token reply of this small
-    // model a near tie often flips.)
+    // fails the test (a quarter at most; about 15% measured on these
+    // turns, with flash attention off). How many replies meet a near tie
+    // is not bounded: llama.cpp's batched and one-token passes differ a
+    // little in every row, so in a 128-token reply of this small model a
+    // near tie often flips.
     eprintln!("{under_bound} of {generated} plain choices are near ties");
     assert!(
-        under_bound * 2 <= generated,
+        under_bound * 4 <= generated,
         "{under_bound} of {generated} plain choices are under the bound {bound}"
     );
 }
