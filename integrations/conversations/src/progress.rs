@@ -48,6 +48,27 @@ impl Progress {
             self.total,
             self.started.elapsed().as_secs_f64()
         );
+        self.write(&line);
+    }
+
+    /// A pass over several turns finished (an engine that decodes a kind's
+    /// turns in one pass per mode): `turns` turns of `kind` decoded by `mode`,
+    /// `generated` tokens at `tps` tokens per second. Always reported: passes
+    /// are minutes apart.
+    pub fn pass(&mut self, kind: &str, mode: &str, turns: usize, generated: usize, tps: f64) {
+        self.done += turns;
+        self.last = Some(Instant::now());
+        let line = format!(
+            "[turn {}/{} {:.0} s] {kind}, {mode}: {turns} turns, {generated} tokens, {tps:.1} tok/s",
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64()
+        );
+        self.write(&line);
+    }
+
+    /// Writes `line` in place on a terminal, as a line of its own otherwise.
+    fn write(&self, line: &str) {
         let mut err = std::io::stderr().lock();
         // A progress line that cannot be written is not worth failing a run for.
         let _ = if self.terminal {

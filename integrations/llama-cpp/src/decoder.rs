@@ -9,7 +9,7 @@
 //! `// end of request`.
 
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
@@ -22,96 +22,12 @@ use selfspec_conversations::argmax_gap;
 use crate::model::backend;
 
 mod probe;
+mod reply;
+mod settings;
+
 use crate::{Error, Model};
-
-/// The shape of a decoder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// Sequences decoded side by side (slots), each with its own sequence id.
-    pub sequences: usize,
-    /// Tokens one sequence's context holds (prompt and reply).
-    pub context: usize,
-    /// CPU threads llama.cpp uses.
-    pub threads: usize,
-    /// The most tokens one `llama_decode` call takes (prefill chunks).
-    pub batch: usize,
-    /// The most tokens one step puts into its batch, all sequences together
-    /// (each live sequence's draft is cut to its share). The default, 63,
-    /// keeps steps under 64 rows, where llama.cpp's CPU kernels change path
-    /// (with flash attention on, its tiled kernel starts at 64 rows and sums
-    /// in another order), and bounds what one rejected draft can cost.
-    pub step_tokens: usize,
-    /// Whether llama.cpp's attention runs as flash attention. Off by
-    /// default: on this package's model and a 2-core AVX-512 CPU, llama.cpp's
-    /// CPU flash attention makes a one-token pass after a 4,096-token cache
-    /// about 2.5 times slower, and a pass of up to 63 tokens (the tiled
-    /// kernel starts at 64) about 7 times slower, than plain attention
-    /// (BENCHMARKS.md, "llama.cpp's pass cost"); llama.cpp's own default
-    /// (`auto`) turns it on for the CPU.
-    pub flash_attention: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            sequences: 1,
-            context: 8192,
-            threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            batch: 2048,
-            step_tokens: 63,
-            flash_attention: false,
-        }
-    }
-}
-
-/// Why a reply ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
-    /// The model ended its turn (an end-of-generation token, kept as the
-    /// reply's last token).
-    EndOfTurn,
-    /// The reply reached its token limit.
-    MaxTokens,
-    /// The sequence's context is full.
-    ContextFull,
-}
-
-/// One request's reply and what producing it took.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
-    /// The generated tokens: the first from the prefill pass.
-    pub tokens: Vec<u32>,
-    /// `gaps[i]`: top-1 minus top-2 logit of the row that chose `tokens[i]`.
-    pub gaps: Vec<f32>,
-    /// Decode steps this sequence took part in (prefill excluded).
-    pub passes: usize,
-    /// Draft tokens sent to verification.
-    pub drafted: usize,
-    /// Draft tokens kept.
-    pub accepted: usize,
-    /// Why it ended.
-    pub stop: Stop,
-}
-
-/// A reply that ended, and the slot it ran in.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Finished {
-    /// The slot (the sequence id).
-    pub slot: usize,
-    /// The reply.
-    pub reply: Reply,
-}
-
-/// Decode counters of a decoder since it was made (or [`Decoder::reset_counters`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Counters {
-    /// Decode steps (`llama_decode` calls of [`Decoder::step`]).
-    pub steps: usize,
-    /// Time in [`Decoder::step`]: drafting, the pass, verification, rollback.
-    pub decode_time: Duration,
-    /// Time in prefill passes.
-    pub prefill_time: Duration,
-}
+pub use reply::{Counters, Finished, Reply, Stop};
+pub use settings::Settings;
 
 struct Active {
     last: u32,

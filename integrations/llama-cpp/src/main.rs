@@ -146,19 +146,22 @@ fn run(args: &Args) -> Result<bool, Error> {
     let bound = near_tie_bound(args, &mut decoder, first)?;
     let mut sets = build_sets(args, &mut decoder)?;
     let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
-    let mut progress = Progress::new(total * sets.len());
+    // Plain decoding and every set each decode every turn once.
+    let mut progress = Progress::new(total * (sets.len() + 1));
     let started = Instant::now();
     for kind in kinds(&conversations) {
         let convs: Vec<&Conversation> = conversations.iter().filter(|c| c.kind == kind).collect();
         let plain = run::decode_pass(&mut decoder, &convs, args.common.max_tokens, None, None)?;
         let texts = run::reply_texts(&decoder, &plain);
-        let plain_generated: usize = plain
-            .replies
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|r| r.tokens.len())
-            .sum();
+        let turns: usize = convs.iter().map(|c| c.turns.len()).sum();
+        let plain_generated = generated_tokens(&plain);
+        progress.pass(
+            &kind,
+            "plain",
+            turns,
+            plain_generated,
+            tps(plain_generated, plain.decode_time),
+        );
         for set in &mut sets {
             let drafting = Drafting {
                 config: &set.config,
@@ -174,27 +177,33 @@ fn run(args: &Args) -> Result<bool, Error> {
             )?;
             let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
             set.divergences.extend(d);
-            let generated: usize = spec
-                .replies
-                .iter()
-                .flatten()
-                .flatten()
-                .map(|r| r.tokens.len())
-                .sum();
-            let tps = |n: usize, t: std::time::Duration| n as f64 / t.as_secs_f64().max(1e-9);
-            for c in &convs {
-                progress.turn(
-                    &kind,
-                    &c.id,
-                    generated,
-                    tps(plain_generated, plain.decode_time),
-                    tps(generated, spec.decode_time),
-                );
-            }
+            let generated = generated_tokens(&spec);
+            progress.pass(
+                &kind,
+                &set.label,
+                turns,
+                generated,
+                tps(generated, spec.decode_time),
+            );
         }
     }
     progress.finish();
     report(args, &sets, bound, started.elapsed().as_secs_f64())
+}
+
+/// Tokens a pass generated over all its replies.
+fn generated_tokens(pass: &run::Pass) -> usize {
+    pass.replies
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|r| r.tokens.len())
+        .sum()
+}
+
+/// Tokens per second, for progress lines.
+fn tps(tokens: usize, time: std::time::Duration) -> f64 {
+    tokens as f64 / time.as_secs_f64().max(1e-9)
 }
 
 fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Error> {
