@@ -41,14 +41,12 @@ impl Progress {
         if !self.terminal && !due {
             return;
         }
-        self.last = Some(now);
-        let line = format!(
-            "[turn {}/{} {:.0} s] {kind} {id}: {generated} tokens, plain {plain_tps:.1} tok/s, spec {spec_tps:.1} tok/s",
-            self.done,
-            self.total,
-            self.started.elapsed().as_secs_f64()
+        self.report(
+            now,
+            format_args!(
+                "{kind} {id}: {generated} tokens, plain {plain_tps:.1} tok/s, spec {spec_tps:.1} tok/s"
+            ),
         );
-        self.write(&line);
     }
 
     /// A pass over several turns finished (an engine that decodes a kind's
@@ -57,24 +55,24 @@ impl Progress {
     /// are minutes apart.
     pub fn pass(&mut self, kind: &str, mode: &str, turns: usize, generated: usize, tps: f64) {
         self.done += turns;
-        self.last = Some(Instant::now());
-        let line = format!(
-            "[turn {}/{} {:.0} s] {kind}, {mode}: {turns} turns, {generated} tokens, {tps:.1} tok/s",
-            self.done,
-            self.total,
-            self.started.elapsed().as_secs_f64()
+        self.report(
+            Instant::now(),
+            format_args!("{kind}, {mode}: {turns} turns, {generated} tokens, {tps:.1} tok/s"),
         );
-        self.write(&line);
     }
 
-    /// Writes `line` in place on a terminal, as a line of its own otherwise.
-    fn write(&self, line: &str) {
+    /// Writes the progress line `[turn done/total elapsed] what`, at `now`:
+    /// in place on a terminal, as a line of its own otherwise.
+    fn report(&mut self, now: Instant, what: std::fmt::Arguments<'_>) {
+        self.last = Some(now);
+        let (done, total) = (self.done, self.total);
+        let elapsed = self.started.elapsed().as_secs_f64();
         let mut err = std::io::stderr().lock();
         // A progress line that cannot be written is not worth failing a run for.
         let _ = if self.terminal {
-            write!(err, "\r\x1b[2K{line}")
+            write!(err, "\r\x1b[2K[turn {done}/{total} {elapsed:.0} s] {what}")
         } else {
-            writeln!(err, "{line}")
+            writeln!(err, "[turn {done}/{total} {elapsed:.0} s] {what}")
         };
     }
 

@@ -19,11 +19,10 @@ pub struct Settings {
     pub step_tokens: usize,
     /// Whether llama.cpp's attention runs as flash attention. Off by
     /// default: on this package's model and a 2-core AVX-512 CPU, llama.cpp's
-    /// CPU flash attention makes a one-token pass after a 4,096-token cache
-    /// about 2.5 times slower, and a pass of up to 63 tokens (the tiled
-    /// kernel starts at 64) about 7 times slower, than plain attention
-    /// (BENCHMARKS.md, "llama.cpp's pass cost"); llama.cpp's own default
-    /// (`auto`) turns it on for the CPU.
+    /// CPU flash attention made one-token passes after a long cache, and
+    /// passes of up to 63 tokens (its tiled kernel starts at 64), several
+    /// times slower than plain attention (BENCHMARKS.md, "llama.cpp's pass
+    /// cost"); llama.cpp's own default (`auto`) turns it on for the CPU.
     pub flash_attention: bool,
 }
 
