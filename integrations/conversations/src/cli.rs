@@ -90,7 +90,8 @@ impl CommonArgs {
 }
 
 /// The help lines of the options [`parse`] reads, for a command's `--help`.
-pub const COMMON_HELP: &str = "  --gguf PATH            the model (default: $SELFSPEC_MODEL, else the file
+pub const COMMON_HELP: &str =
+    "  --gguf PATH            the model (default: $SELFSPEC_MODEL, else the file
                          integrations/fetch-model.sh fetches)
   --conversations FILE[:N]...  text conversations (JSON Lines; :N = the first N);
                          default: the figure set (all code-edit sessions,
@@ -287,7 +288,10 @@ mod tests {
     #[test]
     fn help_lines_are_indented_alike() {
         for line in COMMON_HELP.lines() {
-            assert!(line.starts_with("  -") || line.starts_with("    "), "{line:?}");
+            assert!(
+                line.starts_with("  -") || line.starts_with("    "),
+                "{line:?}"
+            );
         }
     }
 
