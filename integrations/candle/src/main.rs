@@ -88,6 +88,11 @@ fn draft_sets(args: &Args, model: &mut Model) -> Result<Vec<DraftSet>, String> {
     let mut measured = None;
     let mut sets = Vec::new();
     for s in &args.common.sets {
+        if s.paced {
+            return Err(
+                "--paced: this command does not pace drafts (the llama.cpp command does)".into(),
+            );
+        }
         let config =
             conv::config(&s.strategies, s.draft_max, s.draft_min).map_err(|e| e.to_string())?;
         let token_cost = s.cost.resolve(&mut measured, || {

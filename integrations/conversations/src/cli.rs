@@ -55,6 +55,9 @@ pub struct SetArgs {
     pub draft_min: Option<usize>,
     /// `--token-cost`.
     pub cost: Cost,
+    /// `--paced`: the set's drafts are paced (engines that pace: the
+    /// llama.cpp command).
+    pub paced: bool,
 }
 
 /// The options every engine command takes.
@@ -102,6 +105,8 @@ pub const COMMON_HELP: &str =
   --draft-max N, --draft-min N   draft limits of the set
   --token-cost auto|none|X  the set's token cost (default auto: measured from
                          the engine's pass times at start)
+  --paced                pace the set's drafts: stop threshold = token cost
+                         times the speed-up so far (llama.cpp command only)
   --next                 start another drafting set (the options above after
                          it belong to it); every set is compared with the
                          same plain decoding, turn by turn
@@ -212,6 +217,7 @@ where
                     Some(n.map_err(|_| format!("--draft-min: {v:?} is not an integer"))?);
             }
             "--token-cost" => set.cost = cost(&value("--token-cost")?)?,
+            "--paced" => set.paced = true,
             "--next" => a.sets.push(SetArgs::default()),
             "--near-tie" => a.near_tie = Some(near_tie(&value("--near-tie")?)?),
             "--json" => a.json = Some(value("--json")?.into()),
@@ -256,7 +262,7 @@ mod tests {
 
     #[test]
     fn options_and_sets() {
-        let a = args("--max-tokens 64 --conversations a.jsonl b.jsonl:3 --strategy ngram-mod --draft-max 8 --next --token-cost 0.25 --near-tie 0.5").unwrap();
+        let a = args("--max-tokens 64 --conversations a.jsonl b.jsonl:3 --strategy ngram-mod --draft-max 8 --next --token-cost 0.25 --paced --near-tie 0.5").unwrap();
         assert_eq!(a.max_tokens, 64);
         assert_eq!(a.conversations.len(), 2);
         assert_eq!(a.sets.len(), 2);
@@ -264,6 +270,7 @@ mod tests {
         assert_eq!(a.sets[0].draft_max, Some(8));
         assert_eq!(a.sets[0].cost, Cost::Auto);
         assert_eq!(a.sets[1].cost, Cost::Fixed(0.25));
+        assert!(!a.sets[0].paced && a.sets[1].paced);
         assert_eq!(a.near_tie, Some(0.5));
     }
 

@@ -251,13 +251,16 @@ pub fn measure_logit_noise(
     for &t in &tokens[start..] {
         reference.push(decoder.evaluate(0, &[t])?.remove(0));
     }
+    // other sequences: shorter caches of their own, prefilled once
+    let prefix = |j: usize| (start / 2 + 13 * j).min(start);
+    for j in 1..=others {
+        decoder.extend(j, &tokens[..prefix(j)], false)?;
+    }
     let mut noise = LogitNoise::NONE;
     for &len in pass_lens {
         decoder.truncate(0, start)?;
         for j in 1..=others {
-            // other sequences: shorter caches of their own
-            decoder.truncate(j, 0)?;
-            decoder.extend(j, &tokens[..(start / 2 + 13 * j).min(start)], false)?;
+            decoder.truncate(j, prefix(j))?;
         }
         for (c, chunk) in tokens[start..].chunks(len).enumerate() {
             let extra: Vec<Vec<u32>> = (1..=others)
@@ -291,8 +294,10 @@ pub const CALIBRATION_PASSES: [usize; 6] = [2, 5, 9, 17, 33, usize::MAX];
 /// cache passes 256 cells (its KV view is padded to 256), so a pass's
 /// logits depend on the cache length as well as on the pass length: a
 /// calibration over a short reply alone measured 0 where replies after a
-/// few hundred cached tokens then differed at gaps of 0.1.
-pub const CALIBRATION_CACHES: [usize; 2] = [460, 1060];
+/// few hundred cached tokens then differed at gaps of 0.1. The windows
+/// reach the lengths a multi-turn conversation's cache grows to (a few
+/// thousand tokens): the bound has to hold where replies are decoded.
+pub const CALIBRATION_CACHES: [usize; 5] = [460, 1060, 1660, 2260, 3460];
 
 /// Positions compared in each of [`CALIBRATION_CACHES`]' windows.
 pub const CALIBRATION_WINDOW: usize = 120;
@@ -301,7 +306,9 @@ pub const CALIBRATION_WINDOW: usize = 120;
 /// `reply_tokens` tokens the model writes after it (plain greedy, slot 0),
 /// compared over the reply (over the prompt's second half if the reply is
 /// under 8 tokens), and over windows ending at each of
-/// [`CALIBRATION_CACHES`] (within the context) of that text repeated, with
+/// [`CALIBRATION_CACHES`] (within the context, and starting below `reach`:
+/// the longest cache the replies to check are decoded after, see
+/// [`run::cache_reach`](crate::run::cache_reach)) of that text repeated, with
 /// [`CALIBRATION_PASSES`] capped to the step size
 /// ([`Settings::step_tokens`](crate::Settings::step_tokens)); with more
 /// than one sequence, also with the other slots decoding beside slot 0.
@@ -313,6 +320,7 @@ pub fn calibrate(
     decoder: &mut Decoder<'_>,
     prompt: &[u32],
     reply_tokens: usize,
+    reach: usize,
 ) -> Result<LogitNoise, Error> {
     decoder.clear()?;
     decoder.start(0, prompt, reply_tokens.max(1), None)?;
@@ -333,7 +341,7 @@ pub fn calibrate(
     let context = decoder.settings().context;
     let text_len = tokens.len();
     for &end in &CALIBRATION_CACHES {
-        if end >= context || text_len == 0 {
+        if end >= context || end - CALIBRATION_WINDOW >= reach || text_len == 0 {
             continue;
         }
         let long: Vec<u32> = tokens.iter().copied().cycle().take(end).collect();

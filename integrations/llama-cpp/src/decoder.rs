@@ -21,11 +21,13 @@ use selfspec_conversations::argmax_gap;
 
 use crate::model::backend;
 
+mod pacing;
 mod probe;
 mod reply;
 mod settings;
 
 use crate::{Error, Model};
+pub use pacing::Pacing;
 pub use reply::{Counters, Finished, Reply, Stop};
 pub use settings::Settings;
 
@@ -57,6 +59,8 @@ pub struct Decoder<'m> {
     settings: Settings,
     slots: Vec<Slot>,
     counters: Counters,
+    /// Each drafting sequence's stop threshold, when paced.
+    pacing: Option<Pacing>,
     /// Scratch of a slot's verification: each row's argmax and gap.
     argmax: Vec<u32>,
     gaps: Vec<f32>,
@@ -150,6 +154,7 @@ impl<'m> Decoder<'m> {
             settings: s,
             slots: (0..s.sequences).map(|_| Slot::default()).collect(),
             counters: Counters::default(),
+            pacing: None,
             argmax: Vec::new(),
             gaps: Vec::new(),
         })
@@ -171,6 +176,21 @@ impl<'m> Decoder<'m> {
     #[must_use]
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// Paces every drafting sequence's drafts from the next step on
+    /// (`None`: each keeps the token cost its [`Speculative`] was given).
+    /// With pacing, each draft's stop threshold is set before it is drafted
+    /// ([`Speculative::set_token_cost`]) to what [`Pacing::threshold`] says
+    /// after the steps so far.
+    pub fn set_pacing(&mut self, pacing: Option<Pacing>) {
+        self.pacing = pacing;
+    }
+
+    /// The pacing and what it measured, if drafts are paced.
+    #[must_use]
+    pub fn pacing(&self) -> Option<Pacing> {
+        self.pacing
     }
 
     /// Sets the counters to zero.
@@ -440,6 +460,7 @@ impl<'m> Decoder<'m> {
             .filter(|s| s.active.as_ref().is_some_and(|a| !a.done))
             .count();
         let share = self.settings.step_tokens / live.max(1);
+        let pacing = self.pacing;
         let (context, vocab) = (self.settings.context, self.model.n_vocab());
         let mut n_rows = 0;
         for (s, slot) in self.slots.iter_mut().enumerate() {
@@ -451,6 +472,9 @@ impl<'m> Decoder<'m> {
                 .min(share - 1);
             a.draft.clear();
             if let Some(spec) = &mut a.spec {
+                if let Some(p) = pacing {
+                    spec.set_token_cost(p.threshold())?;
+                }
                 let d = spec.draft(&slot.cached, a.last);
                 a.draft.extend_from_slice(&d[..d.len().min(room)]);
             }
@@ -513,6 +537,9 @@ impl<'m> Decoder<'m> {
         a.last = next;
         if let Some(spec) = &mut a.spec {
             spec.accept(n);
+            if let Some(p) = &mut self.pacing {
+                p.record(k, n);
+            }
         }
         // rollback: the rejected draft positions leave the KV cache.
         let len = slot.cached.len();

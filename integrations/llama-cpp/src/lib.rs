@@ -39,7 +39,7 @@ mod error;
 mod model;
 pub mod run;
 
-pub use decoder::{Counters, Decoder, Finished, Reply, Settings, Stop};
+pub use decoder::{Counters, Decoder, Finished, Pacing, Reply, Settings, Stop};
 pub use error::Error;
 pub use model::{Message, Model, Role};
 pub use selfspec_conversations::argmax_gap;

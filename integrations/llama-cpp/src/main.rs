@@ -23,6 +23,7 @@ struct Set {
     config: selfspec::Config,
     shared: Shared,
     token_cost: Option<f64>,
+    paced: bool,
     tally: Tally,
     divergences: Vec<TurnDivergence>,
 }
@@ -64,13 +65,15 @@ fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error>
         })?;
         let mut label = conv::strategy_label(&s.strategies);
         if let Some(c) = token_cost {
-            label = format!("{label} (cost {c:.3})");
+            let paced = if s.paced { ", paced" } else { "" };
+            label = format!("{label} (cost {c:.3}{paced})");
         }
         sets.push(Set {
             label,
             shared: Shared::new(&config)?,
             config,
             token_cost,
+            paced: s.paced,
             tally: Tally::new(),
             divergences: Vec::new(),
         });
@@ -81,23 +84,34 @@ fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error>
 fn near_tie_bound(
     args: &Args,
     decoder: &mut Decoder<'_>,
-    first: &Conversation,
+    conversations: &[Conversation],
 ) -> Result<f32, Error> {
     if let Some(b) = args.common.near_tie {
         return Ok(b);
     }
     let model = decoder.model();
+    let first = conversations.first().and_then(|c| c.turns.first());
     let prompt = model.chat_prompt(&[Message {
         role: Role::User,
-        content: first.turns.first().map_or("Hello", String::as_str),
+        content: first.map_or("Hello", String::as_str),
     }])?;
     let prompt = &prompt[..prompt.len().min(decoder.settings().context / 2)];
-    let noise = cost::calibrate(decoder, prompt, 128)?;
+    let reach = run::cache_reach(decoder, conversations, args.common.max_tokens)?;
+    // Minutes at S = 4 after long caches: say what is going on.
+    eprintln!(
+        "measuring the near-tie bound (caches up to {} tokens, {} sequences; --near-tie X skips this)...",
+        reach.min(decoder.settings().context),
+        decoder.settings().sequences
+    );
+    let started = Instant::now();
+    let noise = cost::calibrate(decoder, prompt, 128, reach)?;
     let bound = noise.near_tie_bound();
     println!(
         "near-tie bound: {bound:.4} (the largest shift of a top-1 margin between batched and one-token passes; \
-         largest logit difference {:.4}; over {} rows)",
-        noise.max_abs_diff, noise.rows
+         largest logit difference {:.4}; over {} rows; measured in {:.0} s)",
+        noise.max_abs_diff,
+        noise.rows,
+        started.elapsed().as_secs_f64()
     );
     Ok(bound)
 }
@@ -139,11 +153,11 @@ fn run(args: &Args) -> Result<bool, Error> {
         return Ok(true);
     }
     let conversations = conv::load(&args.common.sources())?;
-    let Some(first) = conversations.first() else {
+    if conversations.is_empty() {
         println!("no conversations");
         return Ok(true);
-    };
-    let bound = near_tie_bound(args, &mut decoder, first)?;
+    }
+    let bound = near_tie_bound(args, &mut decoder, &conversations)?;
     let mut sets = build_sets(args, &mut decoder)?;
     let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
     // Plain decoding and every set each decode every turn once.
@@ -167,6 +181,7 @@ fn run(args: &Args) -> Result<bool, Error> {
                 config: &set.config,
                 shared: &set.shared,
                 token_cost: set.token_cost,
+                paced: set.paced,
             };
             let spec = run::decode_pass(
                 &mut decoder,

@@ -30,6 +30,9 @@ pub struct Drafting<'a> {
     pub shared: &'a Shared,
     /// The token cost given to each request (`None`: the strategies' default).
     pub token_cost: Option<f64>,
+    /// Whether drafts are paced ([`crate::Pacing`], from the token cost;
+    /// without a token cost, nothing is paced).
+    pub paced: bool,
 }
 
 struct Lane {
@@ -71,6 +74,12 @@ pub fn decode_pass(
     let mut lanes: Vec<Option<Lane>> = (0..decoder.settings().sequences).map(|_| None).collect();
     let mut finished: Vec<Finished> = Vec::new();
     let start_time = decoder.counters().decode_time;
+    decoder.set_pacing(
+        drafting
+            .filter(|d| d.paced)
+            .and_then(|d| d.token_cost)
+            .map(crate::Pacing::new),
+    );
     loop {
         for (slot, lane) in lanes.iter_mut().enumerate() {
             while lane.is_none() || !decoder.is_busy(slot) {
@@ -135,6 +144,35 @@ pub fn decode_pass(
     }
     pass.decode_time = decoder.counters().decode_time - start_time;
     Ok(pass)
+}
+
+/// An upper bound of the longest cache a reply of `conversations` is
+/// decoded after, `max_tokens` a reply: every turn's text as the user's
+/// messages in the model's template, each turn's reply at `max_tokens`
+/// (and 16 template tokens a reply), over the longest conversation.
+///
+/// # Errors
+///
+/// A template error.
+pub fn cache_reach(
+    decoder: &Decoder<'_>,
+    conversations: &[Conversation],
+    max_tokens: usize,
+) -> Result<usize, Error> {
+    let mut reach = 0;
+    for c in conversations {
+        let turns: Vec<Message<'_>> = c
+            .turns
+            .iter()
+            .map(|t| Message {
+                role: Role::User,
+                content: t,
+            })
+            .collect();
+        let prompt = decoder.model().chat_prompt(&turns)?;
+        reach = reach.max(prompt.len() + c.turns.len() * (max_tokens + 16));
+    }
+    Ok(reach)
 }
 
 /// The chat so far: `turns` (the user's) interleaved with `replies` (the

@@ -7,7 +7,7 @@ mod common;
 use selfspec::{Config, Shared};
 use selfspec_conversations::{compare, Conversation, Divergence};
 use selfspec_llama_cpp::cost::calibrate;
-use selfspec_llama_cpp::run::{decode_pass, reply_texts, Drafting};
+use selfspec_llama_cpp::run::{cache_reach, decode_pass, reply_texts, Drafting};
 use selfspec_llama_cpp::{Decoder, Message, Model, Role};
 
 const MAX_TOKENS: usize = 128;
@@ -18,14 +18,15 @@ fn conversations() -> Vec<Conversation> {
     c
 }
 
-fn bound(decoder: &mut Decoder<'_>, model: &Model, first: &Conversation) -> f32 {
+fn bound(decoder: &mut Decoder<'_>, model: &Model, convs: &[Conversation]) -> f32 {
     let prompt = model
         .chat_prompt(&[Message {
             role: Role::User,
-            content: &first.turns[0],
+            content: &convs[0].turns[0],
         }])
         .unwrap();
-    let noise = calibrate(decoder, &prompt, 128).unwrap();
+    let reach = cache_reach(decoder, convs, MAX_TOKENS).unwrap();
+    let noise = calibrate(decoder, &prompt, 128, reach).unwrap();
     // A bound of 0 would make every divergence fail: the measurement must
     // have compared rows.
     assert!(noise.rows > 100, "{noise:?}");
@@ -37,7 +38,7 @@ fn same_replies_fewer_passes(sequences: usize) {
     let mut decoder = Decoder::new(&model, common::settings(sequences)).unwrap();
     let convs = conversations();
     let refs: Vec<&Conversation> = convs.iter().collect();
-    let bound = bound(&mut decoder, &model, &convs[0]);
+    let bound = bound(&mut decoder, &model, &convs);
 
     decoder.reset_counters();
     let plain = decode_pass(&mut decoder, &refs, MAX_TOKENS, None, None).unwrap();
@@ -50,6 +51,7 @@ fn same_replies_fewer_passes(sequences: usize) {
         config: &config,
         shared: &shared,
         token_cost: Some(0.05),
+        paced: false,
     };
     decoder.reset_counters();
     let spec = decode_pass(
