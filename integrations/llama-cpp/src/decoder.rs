@@ -187,12 +187,6 @@ impl<'m> Decoder<'m> {
         self.pacing = pacing;
     }
 
-    /// The pacing and what it measured, if drafts are paced.
-    #[must_use]
-    pub fn pacing(&self) -> Option<Pacing> {
-        self.pacing
-    }
-
     /// Sets the counters to zero.
     pub fn reset_counters(&mut self) {
         self.counters = Counters::default();

@@ -96,7 +96,7 @@ fn near_tie_bound(
         content: first.map_or("Hello", String::as_str),
     }])?;
     let prompt = &prompt[..prompt.len().min(decoder.settings().context / 2)];
-    let reach = run::cache_reach(decoder, conversations, args.common.max_tokens)?;
+    let reach = run::cache_reach(model, conversations, args.common.max_tokens)?;
     // Minutes at S = 4 after long caches: say what is going on.
     eprintln!(
         "measuring the near-tie bound (caches up to {} tokens, {} sequences; --near-tie X skips this)...",

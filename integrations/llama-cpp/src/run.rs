@@ -155,7 +155,7 @@ pub fn decode_pass(
 ///
 /// A template error.
 pub fn cache_reach(
-    decoder: &Decoder<'_>,
+    model: &crate::Model,
     conversations: &[Conversation],
     max_tokens: usize,
 ) -> Result<usize, Error> {
@@ -169,7 +169,7 @@ pub fn cache_reach(
                 content: t,
             })
             .collect();
-        let prompt = decoder.model().chat_prompt(&turns)?;
+        let prompt = model.chat_prompt(&turns)?;
         reach = reach.max(prompt.len() + c.turns.len() * (max_tokens + 16));
     }
     Ok(reach)

@@ -25,7 +25,7 @@ fn bound(decoder: &mut Decoder<'_>, model: &Model, convs: &[Conversation]) -> f3
             content: &convs[0].turns[0],
         }])
         .unwrap();
-    let reach = cache_reach(decoder, convs, MAX_TOKENS).unwrap();
+    let reach = cache_reach(model, convs, MAX_TOKENS).unwrap();
     let noise = calibrate(decoder, &prompt, 128, reach).unwrap();
     // A bound of 0 would make every divergence fail: the measurement must
     // have compared rows.
