@@ -7,7 +7,7 @@ one (error.rs names the strategies in its message through config)."""
 import re,os,sys
 root=sys.argv[1] if len(sys.argv)>1 else os.path.join(os.path.dirname(__file__),'..','src')
 # layer of a top-level module: higher number = higher layer
-layer={'index':0,'int':0,'sync':0,'token':0,'limits':1,'error':1,'drafter':1,'config':2,'stats':1,'verify':1,'strategies':3,'shared':4,'speculative':5,'lib':7}
+layer={'index':0,'int':0,'sync':0,'token':0,'limits':1,'error':1,'drafter':1,'config':2,'stats':1,'verify':1,'strategies':3,'shared':4,'speculative':5,'step':6,'lib':7}
 def modof(path):
     p=os.path.relpath(path,root).replace('\\','/')
     top=p.split('/')[0].replace('.rs','')

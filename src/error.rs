@@ -105,6 +105,67 @@ pub enum Error {
         /// What is wrong with it and what is expected.
         reason: String,
     },
+    /// A [`Target`](crate::step::Target)'s shape the
+    /// [`Stepper`](crate::step::Stepper) cannot drive.
+    #[error("target shape: `{field}` = {value}; allowed: {allowed}")]
+    Shape {
+        /// The field (`sequences`, `context`, `vocab`, `batch`).
+        field: &'static str,
+        /// Its value.
+        value: usize,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// A [`Stepper`](crate::step::Stepper) sequence that does not exist, or
+    /// is busy with another request.
+    #[error("sequence {seq} {problem} (the target has {sequences} sequences)")]
+    Sequence {
+        /// The sequence's index.
+        seq: usize,
+        /// Sequences the target has.
+        sequences: usize,
+        /// What is wrong (`does not exist`, `is busy`).
+        problem: &'static str,
+    },
+    /// A request with no prompt token (the first reply token needs one).
+    #[error("the prompt is empty; a request needs at least one prompt token")]
+    EmptyPrompt,
+    /// A prompt that leaves no room for a reply in the sequence's context.
+    #[error("the prompt has {tokens} tokens; the context holds {context}: at most {} prompt tokens", .context - 1)]
+    PromptTooLong {
+        /// Prompt tokens.
+        tokens: usize,
+        /// The sequence's context.
+        context: usize,
+    },
+    /// A token id outside the target's vocabulary.
+    #[error("token {token} is outside the vocabulary ({vocab} tokens: ids 0..{vocab})")]
+    TokenOutOfRange {
+        /// The id.
+        token: u32,
+        /// The vocabulary's size.
+        vocab: usize,
+    },
+    /// A sampler parameter outside its range.
+    #[error("sampler: `{field}` = {} is out of range; allowed: {allowed}", short_float(*.value))]
+    Sampler {
+        /// The parameter (`temperature`, `top_p`, `min_p`).
+        field: &'static str,
+        /// Its value.
+        value: f64,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// The target's output rows for a sequence cannot be verified: no
+    /// greedy choice (an empty or NaN row), or no distribution to sample
+    /// from (empty logits, all filtered out).
+    #[error(
+        "sequence {seq}: the target's rows have no usable output (empty, NaN or all filtered out)"
+    )]
+    Rows {
+        /// The sequence's index.
+        seq: usize,
+    },
     /// A buffer could not be allocated (the process keeps running).
     #[error("{what}: cannot allocate {bytes} bytes ({:.1} GiB); choose a smaller size", *.bytes as f64 / (1u64 << 30) as f64)]
     OutOfMemory {

@@ -79,3 +79,11 @@ pub(crate) fn float64(x: u64) -> f64 {
 pub(crate) fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
+
+/// A probability or weight computed in `f64` as the `f32` a row holds
+/// (rounded to the nearest; the rows are `f32`).
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)] // rounding to f32 on purpose
+pub(crate) fn narrow(x: f64) -> f32 {
+    x as f32
+}

@@ -106,6 +106,7 @@ pub mod limits;
 mod shared;
 mod speculative;
 mod stats;
+pub mod step;
 pub mod strategies;
 mod sync;
 mod token;

@@ -153,13 +153,43 @@ pub fn greedy_next<T: PartialEq + Copy>(draft: &[T], target_argmax: &[T]) -> Opt
 pub fn sampled<T: IntoToken, P: AsRef<[f32]>>(
     draft: &[T],
     target_probs: &[P],
+    uniform: impl FnMut() -> f64,
+) -> Option<Verdict<T::Id>> {
+    sampled_rows(draft, &mut SliceRows(target_probs), uniform)
+}
+
+/// The rows [`sampled`] reads, one at a time and in order: a slice of rows,
+/// or rows computed on demand from a target's logits (the stepper's, which
+/// computes only the rows the verification reaches).
+pub(crate) trait Rows {
+    /// How many rows there are.
+    fn count(&self) -> usize;
+    /// Row `i` (`i < count()`): a distribution over the vocabulary.
+    fn row(&mut self, i: usize) -> &[f32];
+}
+
+struct SliceRows<'a, P>(&'a [P]);
+
+impl<P: AsRef<[f32]>> Rows for SliceRows<'_, P> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn row(&mut self, i: usize) -> &[f32] {
+        self.0[i].as_ref()
+    }
+}
+
+/// [`sampled`] over rows read on demand.
+pub(crate) fn sampled_rows<T: IntoToken>(
+    draft: &[T],
+    rows: &mut impl Rows,
     mut uniform: impl FnMut() -> f64,
 ) -> Option<Verdict<T::Id>> {
-    let k = draft.len().min(target_probs.len().checked_sub(1)?);
+    let k = draft.len().min(rows.count().checked_sub(1)?);
     for (i, &d) in draft[..k].iter().enumerate() {
-        let row = target_probs[i].as_ref();
+        let row = rows.row(i);
         let d = d.into_token();
-        let p = row.get(d as usize).copied().unwrap_or(0.0) as f64;
+        let p = f64::from(row.get(crate::int::ix32(d)).copied().unwrap_or(0.0));
         if uniform() < p {
             continue;
         }
@@ -170,7 +200,7 @@ pub fn sampled<T: IntoToken, P: AsRef<[f32]>>(
     }
     Some(Verdict {
         n_accepted: k,
-        next_token: T::from_token(sample(target_probs[k].as_ref(), None, uniform())?),
+        next_token: T::from_token(sample(rows.row(k), None, uniform())?),
     })
 }
 

@@ -1,0 +1,354 @@
+//! The decoding step: the [`Stepper`] drafts for every live sequence, puts
+//! each one's `[last] + draft` into one batch, calls the engine's
+//! [`Target`] once, verifies, commits, rolls the cache back, and hands
+//! finished replies back.
+//!
+//! An engine implements [`Target`] (a batched forward pass, its output
+//! rows, a cache removal); the stepper owns each sequence's history and
+//! [`Speculative`], prefills joining sequences' prompts in the same batches
+//! (in chunks), and verifies greedily or by speculative sampling
+//! ([`Sampling`]). Engines that keep their own loop use [`Speculative`]
+//! directly.
+//!
+//! ```
+//! use selfspec::step::{Batch, Decode, Kept, SeqId, Shape, Stepper, Target};
+//! use selfspec::{Config, Shared, Speculative, Token};
+//!
+//! /// A mock model over 64 tokens: after `t` it predicts `(t * 5 + 1) % 64`,
+//! /// except every 7th position, where it predicts 0.
+//! #[derive(Default)]
+//! struct Mock { caches: Vec<Vec<Token>>, rows: Vec<Vec<f32>> }
+//!
+//! impl Target for Mock {
+//!     type Error = std::convert::Infallible;
+//!     fn shape(&self) -> Shape { Shape { sequences: 2, context: 4096, vocab: 64, batch: 256 } }
+//!     fn forward(&mut self, batch: &Batch) -> Result<(), Self::Error> {
+//!         self.caches.resize(2, Vec::new());
+//!         self.rows.clear();
+//!         for row in batch.rows() {
+//!             let cache = &mut self.caches[row.seq.index()];
+//!             assert_eq!(cache.len(), row.pos, "rows extend the cache");
+//!             cache.push(row.token);
+//!             let next = if row.pos % 7 == 6 { 0 } else { (row.token * 5 + 1) % 64 };
+//!             let mut logits = vec![0.0; 64];
+//!             logits[next as usize] = 1.0;
+//!             self.rows.push(logits);
+//!         }
+//!         Ok(())
+//!     }
+//!     fn logits(&mut self, row: usize) -> Result<&[f32], Self::Error> { Ok(&self.rows[row]) }
+//!     fn truncate(&mut self, seq: SeqId, from: usize) -> Result<Kept, Self::Error> {
+//!         self.caches[seq.index()].truncate(from);
+//!         Ok(Kept::Exact)
+//!     }
+//! }
+//!
+//! let config = Config::recommended();
+//! let shared = Shared::new(&config)?;
+//! let mut target = Mock::default();
+//! let mut stepper = Stepper::new(&target)?;
+//! for (i, prompt) in [[1, 2, 3, 4], [9, 8, 7, 6]].iter().enumerate() {
+//!     let spec = Speculative::with_shared(&config, &shared)?;
+//!     stepper.start(SeqId::new(i), prompt, Decode::greedy(200), Some(spec))?;
+//! }
+//! let mut replies = Vec::new();
+//! while stepper.is_running() {
+//!     stepper.step(&mut target)?;
+//!     for event in stepper.events() {
+//!         let _ = (event.seq, event.token); // stream it
+//!     }
+//!     replies.extend(stepper.finished());
+//! }
+//! assert_eq!(replies.len(), 2);
+//! for done in &replies {
+//!     assert_eq!(done.reply.tokens.len(), 200);
+//!     assert!(done.reply.tau() > 1.5, "drafts were accepted");
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::time::Duration;
+
+use crate::token::Token;
+use crate::{Error, Speculative};
+
+mod pass;
+mod reply;
+mod sampler;
+mod sequence;
+mod target;
+mod verifying;
+
+pub use reply::{Decode, Finished, Reply, Sampling, Stop, TokenEvent};
+pub use sampler::Sampler;
+pub use target::{Batch, Choice, Kept, Row, SeqId, Shape, Target};
+
+use sequence::{Live, Sequence};
+
+/// The most sequences a stepper drives.
+pub const MAX_SEQUENCES: usize = 4096;
+
+/// An error of [`Stepper::step`]: the engine's, or selfspec's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError<E: std::error::Error + 'static> {
+    /// The target failed (a forward pass, a row, a cache removal): every
+    /// sequence in the step's batch has ended ([`Stop::Failed`]).
+    #[error("the target failed: {0}")]
+    Target(#[source] E),
+    /// selfspec's: a row the verification could not use.
+    #[error(transparent)]
+    Selfspec(#[from] Error),
+}
+
+/// One forward pass, as the stepper timed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pass {
+    /// Rows in the batch.
+    pub rows: usize,
+    /// Sequences with rows in it.
+    pub sequences: usize,
+    /// Wall-clock time of [`Target::forward`].
+    pub duration: Duration,
+}
+
+/// Drives a [`Target`]: sequences join ([`start`](Stepper::start)) and
+/// leave between steps, each [`step`](Stepper::step) is one forward pass
+/// for all of them. See the [module docs](self) for a whole loop.
+#[derive(Debug)]
+pub struct Stepper {
+    shape: Shape,
+    prefill_chunk: usize,
+    stop_tokens: Vec<Token>,
+    seqs: Vec<Sequence>,
+    batch: Batch,
+    events: Vec<TokenEvent>,
+    finished: Vec<Finished>,
+    work: verifying::Work,
+    last_pass: Option<Pass>,
+}
+
+impl Stepper {
+    /// A stepper for `target`'s [`Shape`], with no stop tokens and prompts
+    /// prefilled in chunks of up to half the batch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shape`] for a shape it cannot drive: no sequence or more
+    /// than [`MAX_SEQUENCES`], a context under 2 positions, an empty
+    /// vocabulary, a batch under two rows a sequence.
+    pub fn new<T: Target + ?Sized>(target: &T) -> Result<Stepper, Error> {
+        let shape = target.shape();
+        let bad = |field, value, allowed| {
+            Err(Error::Shape {
+                field,
+                value,
+                allowed,
+            })
+        };
+        if !(1..=MAX_SEQUENCES).contains(&shape.sequences) {
+            return bad("sequences", shape.sequences, "1..=4096");
+        }
+        if shape.context < 2 {
+            return bad("context", shape.context, "at least 2 positions");
+        }
+        if shape.vocab == 0 || u32::try_from(shape.vocab).is_err() {
+            return bad("vocab", shape.vocab, "1..=2^32 - 1 tokens");
+        }
+        if shape.batch < 2 * shape.sequences {
+            return bad("batch", shape.batch, "at least 2 rows a sequence");
+        }
+        Ok(Stepper {
+            shape,
+            prefill_chunk: shape.batch / 2,
+            stop_tokens: Vec::new(),
+            seqs: (0..shape.sequences).map(|_| Sequence::default()).collect(),
+            batch: Batch::default(),
+            events: Vec::new(),
+            finished: Vec::new(),
+            work: verifying::Work::default(),
+            last_pass: None,
+        })
+    }
+
+    /// Tokens that end a reply (kept as its last token): the model's end of
+    /// turn and end of text.
+    #[must_use]
+    pub fn with_stop_tokens(mut self, stop: &[Token]) -> Stepper {
+        self.stop_tokens = stop.to_vec();
+        self
+    }
+
+    /// Prompt rows of one sequence in one pass at most (clamped to
+    /// `1..=batch / 2`): a long prompt takes several passes, sharing each
+    /// with the other sequences' steps.
+    #[must_use]
+    pub fn with_prefill_chunk(mut self, rows: usize) -> Stepper {
+        self.prefill_chunk = rows.clamp(1, self.shape.batch / 2);
+        self
+    }
+
+    /// The target's shape.
+    #[must_use]
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Starts a request on `seq`: its `prompt` (the whole history the
+    /// reply follows) is prefilled in the next steps, reusing what the
+    /// sequence's cache holds of it; `spec` drafts for it (`None`: plain
+    /// decoding, one token a pass). `spec.begin(prompt)` is called once the
+    /// prompt is evaluated.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sequence`] for a sequence that does not exist or is busy,
+    /// [`Error::EmptyPrompt`], [`Error::PromptTooLong`] when the prompt
+    /// leaves no room in the context, [`Error::TokenOutOfRange`],
+    /// [`Error::OutOfRange`] for `max_tokens` 0, [`Error::Sampler`]. The
+    /// sequence stays idle on an error.
+    pub fn start(
+        &mut self,
+        seq: SeqId,
+        prompt: &[Token],
+        decode: Decode,
+        spec: Option<Speculative>,
+    ) -> Result<(), Error> {
+        self.check(seq, true)?;
+        crate::limits::check_range("decode", "max_tokens", decode.max_tokens, 1, usize::MAX)?;
+        if let Sampling::Random(s) = decode.sampling {
+            s.validate()?;
+        }
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        if prompt.len() >= self.shape.context {
+            return Err(Error::PromptTooLong {
+                tokens: prompt.len(),
+                context: self.shape.context,
+            });
+        }
+        let vocab = self.shape.vocab;
+        if let Some(&token) = prompt.iter().find(|&&t| crate::int::ix32(t) >= vocab) {
+            return Err(Error::TokenOutOfRange { token, vocab });
+        }
+        let s = &mut self.seqs[seq.index()];
+        // Keep the cached common prefix, less at least the prompt's last
+        // token (its row chooses the first reply token).
+        let held = s.cached.min(s.tokens.len());
+        let keep = s.tokens[..held]
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        s.tokens.clear();
+        s.tokens.extend_from_slice(prompt);
+        if s.cached > keep {
+            // Removed at the next step, before the sequence's rows.
+            s.cut_to = Some(keep.min(s.cut_to.unwrap_or(keep)));
+            s.cached = keep;
+        }
+        s.live = Some(Live::new(prompt.len(), decode, spec));
+        Ok(())
+    }
+
+    fn check(&self, seq: SeqId, want_idle: bool) -> Result<(), Error> {
+        let sequences = self.seqs.len();
+        let bad = |problem| {
+            Err(Error::Sequence {
+                seq: seq.index(),
+                sequences,
+                problem,
+            })
+        };
+        match self.seqs.get(seq.index()) {
+            None => bad("does not exist"),
+            Some(s) if want_idle && s.live.is_some() => bad("is busy"),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The tokens the last [`step`](Stepper::step) generated, in order:
+    /// each reply's new tokens as they were accepted (for streaming).
+    #[must_use]
+    pub fn events(&self) -> &[TokenEvent] {
+        &self.events
+    }
+
+    /// The replies that ended (in a step, or by [`cancel`](Stepper::cancel)),
+    /// taken out; their sequences are free for [`start`](Stepper::start).
+    pub fn finished(&mut self) -> std::vec::Drain<'_, Finished> {
+        self.finished.drain(..)
+    }
+
+    /// Ends `seq`'s request now ([`Stop::Cancelled`]: a client went away);
+    /// its reply so far joins [`finished`](Stepper::finished). Whether it
+    /// had one.
+    pub fn cancel(&mut self, seq: SeqId) -> bool {
+        let Some(live) = self.seqs.get_mut(seq.index()).and_then(|s| s.live.as_mut()) else {
+            return false;
+        };
+        if !live.done {
+            live.end(Stop::Cancelled);
+        }
+        self.collect();
+        true
+    }
+
+    /// Whether any request is in flight.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        self.seqs.iter().any(|s| s.live.is_some())
+    }
+
+    /// Whether `seq` decodes a request.
+    #[must_use]
+    pub fn is_busy(&self, seq: SeqId) -> bool {
+        self.seqs.get(seq.index()).is_some_and(|s| s.live.is_some())
+    }
+
+    /// The first idle sequence, if any.
+    #[must_use]
+    pub fn idle(&self) -> Option<SeqId> {
+        self.seqs
+            .iter()
+            .position(|s| s.live.is_none())
+            .map(SeqId::new)
+    }
+
+    /// `seq`'s drafter while it decodes a request (to set its token cost,
+    /// read its statistics).
+    pub fn speculative_mut(&mut self, seq: SeqId) -> Option<&mut Speculative> {
+        self.seqs.get_mut(seq.index())?.live.as_mut()?.spec.as_mut()
+    }
+
+    /// The tokens `seq`'s cache holds (empty for a sequence that does not
+    /// exist).
+    #[must_use]
+    pub fn cached(&self, seq: SeqId) -> &[Token] {
+        self.seqs
+            .get(seq.index())
+            .map_or(&[], |s| &s.tokens[..s.cached.min(s.tokens.len())])
+    }
+
+    /// Empties an idle sequence's cache at the next step (its next prompt
+    /// is evaluated whole, as after a fresh start). Whether it was idle.
+    pub fn forget(&mut self, seq: SeqId) -> bool {
+        match self.seqs.get_mut(seq.index()) {
+            Some(s) if s.live.is_none() => {
+                s.tokens.clear();
+                s.cached = 0;
+                s.cut_to = Some(0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The last forward pass: its rows, sequences and duration.
+    #[must_use]
+    pub fn last_pass(&self) -> Option<Pass> {
+        self.last_pass
+    }
+}

@@ -1,0 +1,345 @@
+//! One step: the batch (drafts, pending rows, prompt chunks), the forward
+//! pass, and each sequence's outcome.
+
+use std::time::Instant;
+
+use super::reply::{Finished, Stop, TokenEvent};
+use super::sequence::{Live, Phase, Sequence};
+use super::target::{Kept, Row, SeqId, Target};
+use super::{Pass, StepError, Stepper};
+
+impl Stepper {
+    /// One step: every live sequence's rows in one batch (a decoding
+    /// sequence's `[last] + draft`, a joining one's next prompt chunk), one
+    /// [`Target::forward`], then each sequence verified, committed and
+    /// rolled back. The tokens it generated are in
+    /// [`events`](Stepper::events), the replies that ended in
+    /// [`finished`](Stepper::finished). A step with nothing to do returns
+    /// without calling the target.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Target`] when the target fails: every sequence that had
+    /// rows in the batch ends ([`Stop::Failed`], in
+    /// [`finished`](Stepper::finished)) and its cache is emptied before
+    /// its next request; the others go on at the next step.
+    /// [`StepError::Selfspec`] ([`Error::Rows`](crate::Error::Rows)) for a
+    /// row the verification cannot use: that sequence ends, [`Stop::Failed`].
+    pub fn step<T: Target + ?Sized>(&mut self, target: &mut T) -> Result<(), StepError<T::Error>> {
+        self.events.clear();
+        let result = self.step_inner(target);
+        if result.is_err() {
+            self.fail_batch();
+        }
+        self.collect();
+        result
+    }
+
+    fn step_inner<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+    ) -> Result<(), StepError<T::Error>> {
+        self.cut_caches(target)?;
+        self.build();
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        target.forward(&self.batch).map_err(StepError::Target)?;
+        self.last_pass = Some(Pass {
+            rows: self.batch.len(),
+            sequences: self.seqs.iter().filter(|s| s.rows > 0).count(),
+            duration: t.elapsed(),
+        });
+        for s in 0..self.seqs.len() {
+            self.outcome(target, s)?;
+        }
+        Ok(())
+    }
+
+    /// Removes what a sequence's cache holds beyond what its next rows
+    /// follow (a new prompt's differing part, a forgotten cache).
+    fn cut_caches<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+    ) -> Result<(), StepError<T::Error>> {
+        for (i, s) in self.seqs.iter_mut().enumerate() {
+            s.rows = 0;
+            if let Some(from) = s.cut_to.take() {
+                let kept = target.truncate(SeqId::new(i), from);
+                s.cached = match kept.map_err(StepError::Target)? {
+                    Kept::Exact => from,
+                    Kept::Restored { len } => len.min(from),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Drafts and the batch: decoding sequences first (at most an equal
+    /// share of the batch each, after room for prompt chunks when a
+    /// sequence is joining), then prompt chunks in what is left.
+    fn build(&mut self) {
+        self.batch.clear();
+        let decoding = |l: &&mut Live| !l.done && l.phase != Phase::Prefill;
+        let n_decoding = self
+            .seqs
+            .iter_mut()
+            .filter_map(|s| s.live.as_mut())
+            .filter(decoding)
+            .count();
+        let joining = self.seqs.iter().any(|s| {
+            s.live
+                .as_ref()
+                .is_some_and(|l| !l.done && l.phase == Phase::Prefill)
+        });
+        let reserve = if joining { self.prefill_chunk } else { 0 };
+        let share = (self.shape.batch - reserve) / n_decoding.max(1);
+        for (i, s) in self.seqs.iter_mut().enumerate() {
+            if s.live
+                .as_ref()
+                .is_some_and(|l| !l.done && l.phase != Phase::Prefill)
+            {
+                decode_rows(&mut self.batch, SeqId::new(i), s, share, self.shape.context);
+            }
+        }
+        for (i, s) in self.seqs.iter_mut().enumerate() {
+            let left = self.shape.batch - self.batch.len();
+            if left > 0
+                && s.live
+                    .as_ref()
+                    .is_some_and(|l| !l.done && l.phase == Phase::Prefill)
+            {
+                prompt_rows(
+                    &mut self.batch,
+                    SeqId::new(i),
+                    s,
+                    left.min(self.prefill_chunk),
+                );
+            }
+        }
+    }
+
+    /// After the pass: sequence `s`'s first token (its prompt done) or its
+    /// verified draft, committed, the rejected positions removed.
+    fn outcome<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        s: usize,
+    ) -> Result<(), StepError<T::Error>> {
+        let seq = &mut self.seqs[s];
+        if seq.rows == 0 {
+            return Ok(());
+        }
+        seq.cached += seq.rows;
+        let Some(live) = seq.live.as_mut() else {
+            return Ok(());
+        };
+        let Some(row) = live.out_row.take() else {
+            live.reply.prefill_passes += 1; // a prompt chunk before the last
+            return Ok(());
+        };
+        let id = SeqId::new(s);
+        match live.phase {
+            Phase::Prefill => {
+                live.reply.prefill_passes += 1;
+                let choice = self.work.first(target, live, row, id)?;
+                let now = Instant::now();
+                live.first_token = Some(now);
+                live.reply.prefill_time = now - live.started;
+                live.phase = Phase::Decode { last: choice.0 };
+                if let Some(spec) = &mut live.spec {
+                    spec.begin(&seq.tokens);
+                }
+                self.events.push(TokenEvent {
+                    seq: id,
+                    token: choice.0,
+                    index: 0,
+                });
+                live.push(choice.0, choice.1, &self.stop_tokens);
+            }
+            Phase::Decode { last } => {
+                let verdict = self.work.verify(target, live, row, id)?;
+                let (n, next) = (verdict.n_accepted, verdict.next_token);
+                let k = live.draft.len();
+                seq.tokens.push(last);
+                seq.tokens.extend_from_slice(&live.draft[..n]);
+                if n < k {
+                    // rollback: the rejected draft positions leave the cache.
+                    let from = seq.tokens.len();
+                    let kept = target.truncate(id, from).map_err(StepError::Target)?;
+                    seq.cached = match kept {
+                        Kept::Exact => from,
+                        Kept::Restored { len } => len.min(from),
+                    };
+                }
+                live.reply.decode_passes += 1;
+                live.reply.drafted += k;
+                live.reply.accepted += n;
+                if let Some(spec) = &mut live.spec {
+                    spec.accept(n);
+                }
+                live.phase = Phase::Decode { last: next };
+                for i in 0..=n {
+                    let t = if i < n { live.draft[i] } else { next };
+                    let margin = self.work.margins.get(i).copied().unwrap_or(f32::NAN);
+                    self.events.push(TokenEvent {
+                        seq: id,
+                        token: t,
+                        index: live.reply.tokens.len(),
+                    });
+                    if live.push(t, margin, &self.stop_tokens) {
+                        break;
+                    }
+                }
+            }
+        }
+        self.after_commit(target, s)
+    }
+
+    /// Ends the reply when the context has no room for its next token; a
+    /// reply that ended inside an accepted draft leaves the cache as plain
+    /// decoding would (the prompt and the reply less its last token).
+    fn after_commit<T: Target + ?Sized>(
+        &mut self,
+        target: &mut T,
+        s: usize,
+    ) -> Result<(), StepError<T::Error>> {
+        let seq = &mut self.seqs[s];
+        let Some(live) = seq.live.as_mut() else {
+            return Ok(());
+        };
+        if !live.done && seq.tokens.len() >= self.shape.context {
+            live.end(Stop::ContextFull);
+        }
+        if live.done {
+            let keep = live.prompt_len + live.reply.tokens.len() - 1;
+            if seq.tokens.len() > keep {
+                seq.tokens.truncate(keep);
+                if seq.cached > keep {
+                    let kept = target
+                        .truncate(SeqId::new(s), keep)
+                        .map_err(StepError::Target)?;
+                    seq.cached = match kept {
+                        Kept::Exact => keep,
+                        Kept::Restored { len } => len.min(keep),
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed step: every sequence with rows in the batch ends
+    /// ([`Stop::Failed`]), its cache to be emptied.
+    fn fail_batch(&mut self) {
+        for s in &mut self.seqs {
+            if s.rows == 0 {
+                continue;
+            }
+            if let Some(live) = s.live.as_mut().filter(|l| !l.done) {
+                live.end(Stop::Failed);
+            }
+            s.tokens.clear();
+            s.cached = 0;
+            s.cut_to = Some(0);
+        }
+    }
+
+    /// Hands the ended replies over to [`finished`](Stepper::finished)
+    /// (after their drafters' `end_request`).
+    pub(super) fn collect(&mut self) {
+        for (i, s) in self.seqs.iter_mut().enumerate() {
+            if !s.live.as_ref().is_some_and(|l| l.done) {
+                continue;
+            }
+            let Some(mut live) = s.live.take() else {
+                continue;
+            };
+            // end of request: the tokens join the engine-wide memory.
+            if let Some(spec) = &mut live.spec {
+                spec.end_request();
+            }
+            if let Some(first) = live.first_token {
+                live.reply.decode_time = first.elapsed();
+            }
+            self.finished.push(Finished {
+                seq: SeqId::new(i),
+                reply: live.reply,
+                spec: live.spec,
+            });
+        }
+    }
+}
+
+/// A decoding sequence's rows: tokens to evaluate again after a
+/// checkpoint restore (output not read), then `[last] + draft`.
+fn decode_rows(
+    batch: &mut super::Batch,
+    id: SeqId,
+    s: &mut Sequence,
+    share: usize,
+    context: usize,
+) {
+    let Some(live) = s.live.as_mut() else { return };
+    let Phase::Decode { last } = live.phase else {
+        return;
+    };
+    let pending = s.tokens.len() - s.cached.min(s.tokens.len());
+    live.draft.clear();
+    if pending + 1 > share {
+        return; // waits for a batch with room (only after a restore longer than a share)
+    }
+    let room = live.draft_room(s.tokens.len(), context, share - pending - 1);
+    if let Some(spec) = &mut live.spec {
+        // propose
+        let draft = spec.draft(&s.tokens, last);
+        live.draft
+            .extend_from_slice(&draft[..draft.len().min(room)]);
+    }
+    for (pos, &token) in s.tokens.iter().enumerate().skip(s.cached) {
+        batch.push(Row {
+            seq: id,
+            token,
+            pos,
+            output: false,
+        });
+    }
+    live.out_row = Some(batch.len());
+    let pos = s.tokens.len();
+    batch.push(Row {
+        seq: id,
+        token: last,
+        pos,
+        output: true,
+    });
+    for (i, &token) in live.draft.iter().enumerate() {
+        batch.push(Row {
+            seq: id,
+            token,
+            pos: pos + 1 + i,
+            output: true,
+        });
+    }
+    s.rows = pending + 1 + live.draft.len();
+}
+
+/// A joining sequence's next prompt chunk, at most `rows` rows; the
+/// prompt's last row is read (it chooses the first reply token).
+fn prompt_rows(batch: &mut super::Batch, id: SeqId, s: &mut Sequence, rows: usize) {
+    let Some(live) = s.live.as_mut() else { return };
+    let end = (s.cached + rows).min(s.tokens.len());
+    for pos in s.cached..end {
+        let last = pos + 1 == s.tokens.len();
+        if last {
+            live.out_row = Some(batch.len());
+        }
+        batch.push(Row {
+            seq: id,
+            token: s.tokens[pos],
+            pos,
+            output: last,
+        });
+    }
+    s.rows = end - s.cached;
+}

@@ -1,0 +1,219 @@
+//! The [`Target`] trait: what an engine implements for the [`Stepper`](super::Stepper).
+
+use crate::int::ix32;
+use crate::token::Token;
+
+/// A sequence of the target's batch: its index among the
+/// [`Shape::sequences`] the target holds (llama.cpp's `seq_id`, an engine
+/// slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(u32);
+
+impl SeqId {
+    /// The sequence with index `i` (saturating at `u32::MAX`).
+    #[must_use]
+    pub fn new(i: usize) -> SeqId {
+        SeqId(crate::int::small(i))
+    }
+
+    /// Its index, `0..sequences`.
+    #[must_use]
+    pub fn index(self) -> usize {
+        ix32(self.0)
+    }
+}
+
+impl std::fmt::Display for SeqId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a target holds: its sequences, each one's context, its vocabulary
+/// and the rows one forward pass takes at most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// Sequences decoded together (slots): [`SeqId`]s `0..sequences`.
+    pub sequences: usize,
+    /// Positions one sequence's cache holds at most.
+    pub context: usize,
+    /// The vocabulary's size: token ids are below it, logit rows this long.
+    pub vocab: usize,
+    /// Rows one forward pass takes at most (llama.cpp's `n_batch`).
+    pub batch: usize,
+}
+
+/// One row of a [`Batch`]: `token` at position `pos` of sequence `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Row {
+    /// The sequence whose cache the row extends.
+    pub seq: SeqId,
+    /// The token evaluated.
+    pub token: Token,
+    /// Its position: the sequence's cache holds positions `0..pos` when the
+    /// pass starts, or rows before this one in the batch bring it there.
+    pub pos: usize,
+    /// Whether the stepper reads this row's output ([`Target::logits`] or
+    /// [`Target::greedy`]); prompt rows other than the last do not need it.
+    pub output: bool,
+}
+
+/// The rows of one forward pass, several sequences' at once, each
+/// sequence's rows contiguous and in position order.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    rows: Vec<Row>,
+}
+
+impl Batch {
+    /// The rows, in the order the pass evaluates them; [`Target::logits`]
+    /// and [`Target::greedy`] take an index into this slice.
+    #[must_use]
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    /// Rows in the batch.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the batch has no rows.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.rows.clear();
+    }
+
+    pub(super) fn push(&mut self, row: Row) {
+        self.rows.push(row);
+    }
+}
+
+/// The target's greedy choice of one row: its highest logit, and how far
+/// ahead of the second it is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    /// The argmax (the lowest id among equal logits).
+    pub token: Token,
+    /// The top logit minus the second (infinite for a one-token vocabulary):
+    /// a small margin is a near tie, which batched and one-token passes may
+    /// break differently.
+    pub margin: f32,
+}
+
+impl Choice {
+    /// The argmax of `logits` (the lowest id on a tie) and its margin;
+    /// `None` for an empty row or one with a NaN.
+    ///
+    /// ```
+    /// use selfspec::step::Choice;
+    ///
+    /// let c = Choice::of(&[0.5, 2.0, 1.5]).unwrap();
+    /// assert_eq!((c.token, c.margin), (1, 0.5));
+    /// assert!(Choice::of(&[]).is_none());
+    /// ```
+    #[must_use]
+    pub fn of(logits: &[f32]) -> Option<Choice> {
+        let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for (i, &l) in logits.iter().enumerate() {
+            if l.is_nan() {
+                return None;
+            }
+            if l > top {
+                second = top;
+                top = l;
+                best = i;
+            } else if l > second {
+                second = l;
+            }
+        }
+        let token = Token::try_from(best).ok().filter(|_| !logits.is_empty())?;
+        Some(Choice {
+            token,
+            margin: top - second,
+        })
+    }
+}
+
+/// What a cache removal left: the positions a sequence's cache now holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kept {
+    /// Exactly the positions before the one asked for.
+    Exact,
+    /// Fewer: `0..len` (a cache that cannot remove positions, such as a
+    /// recurrent model's state, restored a checkpoint taken at `len`). The
+    /// stepper evaluates the tokens from `len` on again in the sequence's
+    /// next rows, without reading their output.
+    Restored {
+        /// Positions held.
+        len: usize,
+    },
+}
+
+/// An engine's model, as the [`Stepper`](super::Stepper) drives it: one
+/// forward pass over a batch of rows from several sequences, each row's
+/// output, and removing a sequence's positions after a rejected draft.
+///
+/// An afternoon's work for an engine: [`forward`](Target::forward) is the
+/// engine's batched decode (llama.cpp's `llama_decode`), [`logits`](Target::logits)
+/// its output row, [`truncate`](Target::truncate) its cache removal
+/// (`llama_memory_seq_rm`). A cache that cannot remove positions (a
+/// recurrent or hybrid model's) keeps a checkpoint of each sequence before
+/// every pass and returns [`Kept::Restored`] from `truncate`.
+///
+/// The guide (`docs/engine-guide.md` in the repository) has a whole target
+/// and loop; [`Stepper`](super::Stepper)'s example is a mock target.
+pub trait Target {
+    /// The engine's error.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The target's sequences, context, vocabulary and batch size (read
+    /// once, by [`Stepper::new`](super::Stepper::new)).
+    fn shape(&self) -> Shape;
+
+    /// One forward pass over `batch`: each row's token joins its sequence's
+    /// cache at its position. The outputs of rows marked
+    /// [`output`](Row::output) are read afterwards, before the next pass.
+    ///
+    /// # Errors
+    ///
+    /// The engine's; the stepper then ends every sequence that had rows in
+    /// the batch ([`Stop::Failed`](super::Stop::Failed)) and empties their
+    /// caches before they are used again.
+    fn forward(&mut self, batch: &Batch) -> Result<(), Self::Error>;
+
+    /// The logits of row `row` of the last pass (a row marked
+    /// [`output`](Row::output)), [`Shape::vocab`] of them. Sampled
+    /// verification reads them; a target that only computes greedy choices
+    /// may return an empty row (sampled requests then fail with
+    /// [`Error::Rows`](crate::Error::Rows)).
+    ///
+    /// # Errors
+    ///
+    /// The engine's.
+    fn logits(&mut self, row: usize) -> Result<&[f32], Self::Error>;
+
+    /// The greedy choice of row `row` of the last pass. The default takes
+    /// the argmax of [`logits`](Target::logits); a target that computes it
+    /// on its device overrides it.
+    ///
+    /// # Errors
+    ///
+    /// The engine's. A row with no choice (empty, NaN) is reported by the
+    /// stepper as [`Error::Rows`](crate::Error::Rows).
+    fn greedy(&mut self, row: usize) -> Result<Option<Choice>, Self::Error> {
+        Ok(Choice::of(self.logits(row)?))
+    }
+
+    /// Removes the positions `from..` of `seq`'s cache.
+    ///
+    /// # Errors
+    ///
+    /// The engine's.
+    fn truncate(&mut self, seq: SeqId, from: usize) -> Result<Kept, Self::Error>;
+}
