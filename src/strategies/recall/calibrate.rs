@@ -1,7 +1,7 @@
 //! The stop rule: each draft token's probability of acceptance, read from a
 //! table of cells calibrated online from the engine's verifications.
 
-use super::index::K;
+use super::chains::K;
 use crate::int::float64;
 use crate::sync::{AtomicU64, Ordering};
 

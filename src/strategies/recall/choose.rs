@@ -5,7 +5,7 @@ use crate::int::{float, float64, ix, small};
 use crate::token::Token;
 
 use super::calibrate::{m_bucket, Calibration, Cell};
-use super::index::ORDERS;
+use super::chains::ORDERS;
 use super::learner::Selector;
 use super::score::Features;
 use super::sources::{CopyCandidate, Occurrence, Pos, Sources, LOCAL_WINDOW};

@@ -6,8 +6,8 @@ use crate::int::{ix, wide};
 use crate::token::Token;
 
 use super::calibrate::Lean;
+use super::chains::{Chains, K};
 use super::choose::{Choice, Position, Work};
-use super::index::{Chains, K};
 use super::learner::Selector;
 use super::sources::{CopyCandidate, Pointer, Pos, Sources};
 use super::Recall;

@@ -2,7 +2,7 @@
 //! last accepted token's source) and the recent copy regions a draft
 //! resumes near after an excursion.
 
-use super::index::Chains;
+use super::chains::Chains;
 use super::sources::{Pointer, Pos, Sources};
 
 /// Copy regions remembered for locality.

@@ -7,7 +7,7 @@
 
 use crate::sync::Arc;
 
-use super::index::{Chains, Hasher, SeqIndex};
+use super::chains::{Chains, Hasher, SeqIndex};
 use super::memory;
 use super::RecallMemory;
 

@@ -10,9 +10,9 @@
 //! drafting loop over them.
 
 mod calibrate;
+mod chains;
 mod choose;
 mod draft;
-mod index;
 mod learner;
 mod locality;
 mod memory;
@@ -34,8 +34,8 @@ use crate::limits::{DEFAULT_MEMORY_BUDGET, DEFAULT_SEQUENCE_BUDGET, DEFAULT_THRE
 use crate::sync::Arc;
 use crate::token::Token;
 
+use chains::{K, ORDERS};
 use choose::Work;
-use index::{K, ORDERS};
 use learner::Learner;
 use locality::Locality;
 use session::{Ingested, Session};

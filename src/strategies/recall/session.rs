@@ -8,7 +8,7 @@ use crate::int::{ix, wide};
 use crate::sync::Arc;
 use crate::token::Token;
 
-use super::index::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, ORDERS};
+use super::chains::{match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, ORDERS};
 use super::memory::{capacity_of, RecallMemory, Snapshot, Span};
 use super::sources::Sources;
 

@@ -6,7 +6,7 @@ use crate::int::{ix, wide};
 use crate::token::Token;
 
 use super::calibrate::Calibration;
-use super::index::{
+use super::chains::{
     match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS,
 };
 use super::locality::ANCHORS;

@@ -13,7 +13,7 @@ use crate::sync::{lock, lock_std, try_lock, AtomicU64, Mutex, Ordering};
 use crate::token::Token;
 
 use super::calibrate::{Calibration, CELLS};
-use super::index::{tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K};
+use super::chains::{tag_of, Chains, Hasher, SeqIndex, BYTES_PER_TOKEN, K};
 use super::score::Weights;
 use ring::{Batch, Ring, Tables, MIN_CAPACITY};
 use runs::Runs;
@@ -252,7 +252,7 @@ impl RecallMemory {
     /// draft: for the tests and the model check.
     #[cfg(any(test, loom, feature = "internals"))]
     fn followers_in(&self, context: &[Token]) -> Vec<Token> {
-        let Some(o) = super::index::ORDERS
+        let Some(o) = super::chains::ORDERS
             .iter()
             .position(|&k| k == context.len())
         else {
@@ -263,7 +263,7 @@ impl RecallMemory {
         let mut snapshot = self.snapshot();
         let view = self.view(&mut snapshot);
         let mut out = Vec::new();
-        super::index::occurrences(&view, o, tag_of(rolling[o]), |e| {
+        super::chains::occurrences(&view, o, tag_of(rolling[o]), |e| {
             out.push(view.token(e));
             out.len() < 8
         });
@@ -496,7 +496,7 @@ impl RecallMemory {
             // Positions from `virtual_start` (modulo 2^64) are the context's.
             match context.get(ix(j.wrapping_sub(virtual_start))) {
                 Some(&t) => t,
-                None => super::index::Chains::token(&view, j),
+                None => super::chains::Chains::token(&view, j),
             }
         });
     }

@@ -29,7 +29,7 @@ use crate::token::Token;
 
 use crate::int::{ix, wide};
 
-use super::super::index::{Chains, K, MAX_LOAD, MIN_BITS, ORDERS};
+use super::super::chains::{Chains, K, MAX_LOAD, MIN_BITS, ORDERS};
 
 /// Positions per chunk (chunks are allocated as the memory fills).
 const CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 10 };

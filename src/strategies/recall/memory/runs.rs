@@ -7,11 +7,11 @@ use std::collections::VecDeque;
 use crate::int::wide;
 use crate::token::Token;
 
-use super::super::index::Chains;
+use super::super::chains::Chains;
 use super::ring::View;
 
 /// Tokens of context a run keeps: the longest order's.
-pub(crate) const RUN_CONTEXT: usize = super::super::index::ORDERS[super::super::index::K - 1];
+pub(crate) const RUN_CONTEXT: usize = super::super::chains::ORDERS[super::super::chains::K - 1];
 
 /// Tokens a held run spans, on average, at least: the memory keeps at most
 /// `capacity / RUN_SPAN` runs (and as many imported ranges). A drafter's

@@ -4,7 +4,7 @@ use super::*;
 use crate::index::low32;
 use crate::int::{ix, wide};
 use calibrate::Lean;
-use index::{Chains, Hasher, SeqIndex};
+use chains::{Chains, Hasher, SeqIndex};
 use learner::SYNC_EVERY;
 use memory::Span;
 
