@@ -3,8 +3,10 @@
 
 use std::path::Path;
 
-use super::file::{error, fnv1a, open_container, read_name, truncated_at, Reader};
-use super::file::{HEADER, MAGIC, RUN_BYTES, RUN_CONTEXT, SCOPES_MAGIC, SCOPES_VERSION, VERSION};
+use super::memory_file::{error, fnv1a, open_container, read_name, truncated_at, Reader};
+use super::memory_file::{
+    HEADER, MAGIC, RUN_BYTES, RUN_CONTEXT, SCOPES_MAGIC, SCOPES_VERSION, VERSION,
+};
 use super::Shared;
 use crate::config::Config;
 use crate::error::MemoryFileProblem as Problem;

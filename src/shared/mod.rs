@@ -1,16 +1,16 @@
 //! [`Shared`]: the engine-wide state every sequence's drafters learn into
 //! and read from.
 
-mod file;
 mod load;
+mod memory_file;
 mod meter;
 mod replicas;
 mod scope;
-mod stats;
+mod usage;
 
 pub use replicas::Cursor;
 use scope::{Scope, Scopes};
-pub use stats::SharedStats;
+pub use usage::SharedStats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -214,7 +214,7 @@ impl SharedBuilder {
             match std::fs::read(path) {
                 Ok(bytes) => shared.restore(config, path, &bytes)?,
                 Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(file::io(path, e)),
+                Err(e) => return Err(memory_file::io(path, e)),
             }
         }
         Ok(shared)

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::file::{fnv1a, open_container, read_name, truncated_at};
+use super::memory_file::{fnv1a, open_container, read_name, truncated_at};
 use super::Shared;
 use crate::error::MemoryFileProblem as Problem;
 use crate::int::{ix32, wide};

@@ -1,11 +1,10 @@
 //! ngram-cache: llama.cpp's lookup decoding. N-gram -> follower-count caches:
 //! a context cache learned from the history, and optional dynamic and static
 //! caches read from llama.cpp's own cache files.
-
 //!
 //! Layout: `table` holds [`LookupCache`]'s n-gram entries and their hash
 //! tables, `followers` the followers of n-grams with more than one, `bulk`
-//! learning (llama.cpp's update and the bulk path for long runs), `file`
+//! learning (llama.cpp's update and the bulk path for long runs), `cache_file`
 //! llama.cpp's file format, `drafter` the [`NgramCache`] drafter.
 
 use crate::index::NONE;
@@ -39,9 +38,9 @@ fn table_of(key: &Key) -> usize {
 }
 
 mod bulk;
+mod cache_file;
 mod count;
 mod drafter;
-mod file;
 mod followers;
 mod table;
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! What an engine-wide state holds, for an operator to watch.
+//! [`SharedStats`]: what an engine-wide state holds, for an operator to watch.
 
 use super::Shared;
 
