@@ -170,28 +170,6 @@ impl NgramPool {
         was_empty
     }
 
-    /// Records that `key` was followed by `next`. Returns whether the cell was empty.
-    #[cfg(test)]
-    fn add(&self, key: &[Token], next: Token) -> bool {
-        if next == EMPTY {
-            return false;
-        }
-        let h = Poly::new(LCG_FACTOR, key.len()).hash(key.iter().copied());
-        let fresh = self.store(self.cell_of(h), next, self.generation.load(Relaxed));
-        if fresh {
-            self.used.fetch_add(1, Relaxed);
-        }
-        fresh
-    }
-
-    /// The token last recorded after `key` (or after an n-gram that shares its cell).
-    #[cfg(test)]
-    fn get(&self, key: &[Token]) -> Option<Token> {
-        let h = Poly::new(LCG_FACTOR, key.len()).hash(key.iter().copied());
-        let t = self.load(self.cell_of(h), self.generation.load(Relaxed));
-        (t != EMPTY).then_some(t)
-    }
-
     /// Adds every n-gram of `tokens` whose next token is in `tokens`, rolling
     /// the hash from one window to the next.
     fn add_all(&self, poly: &Poly, tokens: &[Token], n: usize) {
@@ -441,12 +419,23 @@ mod tests {
         );
     }
 
+    /// The token last stored after `key` (or after an n-gram that shares
+    /// its cell).
+    fn get(p: &NgramPool, key: &[Token]) -> Option<Token> {
+        let h = Poly::new(LCG_FACTOR, key.len()).hash(key.iter().copied());
+        let t = p.load(p.cell_of(h), p.generation.load(Relaxed));
+        (t != EMPTY).then_some(t)
+    }
+
     #[test]
     fn empty_sentinel_is_never_stored() {
-        let p = NgramPool::new(64).unwrap();
-        assert!(!p.add(&[1, 2], EMPTY));
-        assert_eq!(p.used(), 0);
-        assert_eq!(p.get(&[1, 2]), None);
+        let p = NgramPool::new(1 << 16).unwrap();
+        p.add_all(&Poly::new(LCG_FACTOR, 2), &[1, 2, EMPTY, 3, 4, 5], 2);
+        // [3, 4] -> 5 only: [1, 2] was followed by the sentinel, [2, EMPTY]
+        // and [EMPTY, 3] by real tokens.
+        assert_eq!(get(&p, &[1, 2]), None);
+        assert_eq!(get(&p, &[3, 4]), Some(5));
+        assert_eq!(p.used(), 3);
     }
 
     #[test]

@@ -75,11 +75,7 @@ pub(super) struct Learner {
     /// Draft calls since the learned tables were last merged.
     since_sync: u32,
     /// The session's offset on the engine-wide calibration.
-    lean: Lean,
-    /// Whether the stop rule applies `lean` (always, but for the tests that
-    /// check the rest of the draft path on its own).
-    #[cfg(test)]
-    pub(super) leans: bool,
+    pub(super) lean: Lean,
 }
 
 impl Learner {
@@ -90,8 +86,6 @@ impl Learner {
             delta: Weights::zero(),
             since_sync: 0,
             lean: Lean::default(),
-            #[cfg(test)]
-            leans: true,
         }
     }
 
@@ -105,8 +99,6 @@ impl Learner {
             delta: Weights::zero(),
             since_sync: 0,
             lean: self.lean,
-            #[cfg(test)]
-            leans: self.leans,
         }
     }
 
@@ -140,17 +132,7 @@ impl Learner {
 
     /// The odds factor the stop rule applies.
     pub(super) fn odds(&self) -> f64 {
-        #[cfg(test)]
-        if !self.leans {
-            return 1.0;
-        }
         self.lean.odds()
-    }
-
-    /// The lean, for the tests.
-    #[cfg(test)]
-    pub(super) fn lean(&self) -> Lean {
-        self.lean
     }
 
     /// A new session: its lean starts at 0.

@@ -96,10 +96,6 @@ pub struct Recall {
     work: Work,
     /// The draft position whose true token the next call reveals.
     awaiting: Option<Awaiting>,
-    /// Whether a call's search starts from the order bound the last call
-    /// left (always, but for the tests that check it changes nothing).
-    #[cfg(test)]
-    carry_top: bool,
 }
 
 impl Recall {
@@ -139,8 +135,6 @@ impl Recall {
             locality: Locality::default(),
             work: Work::default(),
             awaiting: None,
-            #[cfg(test)]
-            carry_top: true,
         }
     }
 
@@ -174,20 +168,6 @@ impl Recall {
             self.learner.new_session();
         }
     }
-
-    /// Whether a call's search starts from the order bound the last call left.
-    #[cfg(test)]
-    fn carries_top(&self) -> bool {
-        self.carry_top
-    }
-
-    /// Whether a call's search starts from the order bound the last call
-    /// left: always.
-    #[cfg(not(test))]
-    #[allow(clippy::unused_self)] // the tests' twin reads a switch
-    fn carries_top(&self) -> bool {
-        true
-    }
 }
 
 impl Clone for Recall {
@@ -199,8 +179,6 @@ impl Clone for Recall {
             locality: self.locality.clone(),
             work: self.work.clone(),
             awaiting: self.awaiting,
-            #[cfg(test)]
-            carry_top: self.carry_top,
         }
     }
 }
@@ -241,33 +219,8 @@ impl Drafter for Recall {
         limits: DraftLimits,
         draft: &mut Vec<Token>,
     ) {
-        // A draft never followed by `accept` had its first token rejected
-        // (the orchestrator does not forward 0).
-        if let Some(&cell) = self.work.pending.first() {
-            let p = self.work.cell_probabilities.first().copied();
-            self.learner
-                .record(self.session.memory().calibration(), cell, p, false);
-        }
-        let top = self.learn_revealed(history, last);
-        self.work.clear();
-        if self.learner.tick() && self.session.engine_wide() {
-            self.learner.sync(self.session.memory(), false);
-        }
-        self.ingest(history, last);
-        self.session.publish_in_flight();
-        let base = draft.len();
-        self.draft_tokens(limits, draft, top);
-        if draft.len() - base < limits.min {
-            draft.truncate(base);
-            self.work.pending.clear();
-            self.work.sources.clear();
-            self.work.cell_probabilities.clear();
-            self.work.probabilities.clear();
-        }
-        self.awaiting = Some(Awaiting {
-            position: 0,
-            history_len: history.len() + 2,
-        });
+        let top = self.settle_last_draft(history, last);
+        self.draft_after(history, last, limits, draft, top);
     }
 
     fn accept(&mut self, n_accepted: usize) {
@@ -335,11 +288,18 @@ impl Drafter for Recall {
 }
 
 impl Recall {
-    /// The token the target chose where the last draft was rejected or
-    /// stopped (`last`, if the history grew by the accepted tokens and that
-    /// one) teaches the selector; returns the order bound the search starts
-    /// from (see [`draft_tokens`](Recall::draft_tokens)).
-    fn learn_revealed(&mut self, history: &[Token], last: Token) -> usize {
+    /// What a draft call learns of the last draft: a draft never followed
+    /// by `accept` had its first token rejected (the orchestrator does not
+    /// forward 0), and the token the target chose where the last draft was
+    /// rejected or stopped (`last`, if the history grew by the accepted
+    /// tokens and that one) teaches the selector. Returns the order bound
+    /// the search starts from (see [`draft_tokens`](Recall::draft_tokens)).
+    fn settle_last_draft(&mut self, history: &[Token], last: Token) -> usize {
+        if let Some(&cell) = self.work.pending.first() {
+            let p = self.work.cell_probabilities.first().copied();
+            self.learner
+                .record(self.session.memory().calibration(), cell, p, false);
+        }
         let mut top = K - 1;
         let Some(a) = self
             .awaiting
@@ -348,18 +308,44 @@ impl Recall {
         else {
             return top;
         };
-        if let Some(&t) = self
-            .work
-            .tops
-            .get(a.position)
-            .filter(|_| self.carries_top())
-        {
+        if let Some(&t) = self.work.tops.get(a.position) {
             top = t;
         }
         if let Some(range) = self.work.ranges.get(a.position) {
             self.learner.learn(range.of(&self.work.candidates), last);
         }
         top
+    }
+
+    /// The rest of a draft call, once [`settle_last_draft`](Recall::settle_last_draft)
+    /// returned `top`: takes in `history ++ [last]` and drafts onto `draft`.
+    fn draft_after(
+        &mut self,
+        history: &[Token],
+        last: Token,
+        limits: DraftLimits,
+        draft: &mut Vec<Token>,
+        top: usize,
+    ) {
+        self.work.clear();
+        if self.learner.tick() && self.session.engine_wide() {
+            self.learner.sync(self.session.memory(), false);
+        }
+        self.ingest(history, last);
+        self.session.publish_in_flight();
+        let base = draft.len();
+        self.draft_tokens(limits, draft, top);
+        if draft.len() - base < limits.min {
+            draft.truncate(base);
+            self.work.pending.clear();
+            self.work.sources.clear();
+            self.work.cell_probabilities.clear();
+            self.work.probabilities.clear();
+        }
+        self.awaiting = Some(Awaiting {
+            position: 0,
+            history_len: history.len() + 2,
+        });
     }
 }
 

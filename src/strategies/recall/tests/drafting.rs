@@ -21,8 +21,11 @@ fn calibration_learns_from_rejections() {
     // The engine-wide cells alone (no lean): the calibrated probabilities
     // fall and the drafts stop.
     let mut cells_only = Recall::new(0.2);
-    cells_only.learner.leans = false;
-    let drafted = rounds_rejected(&mut cells_only, 300);
+    let no_lean = Mode {
+        lean: false,
+        ..SHIPPED
+    };
+    let drafted = rounds_rejected(no_lean, &mut cells_only, 300);
     assert!(
         drafted[..10].iter().all(|&d| d),
         "drafts at first: {:?}",
@@ -42,7 +45,7 @@ fn calibration_learns_from_rejections() {
     elsewhere.begin(&history);
     assert!(!draft(&mut elsewhere, &history, 1, 16).is_empty());
     // With its lean, a session stops sooner than its cells alone tell it.
-    let leaning = rounds_rejected(&mut Recall::new(0.2), 300);
+    let leaning = rounds_rejected(SHIPPED, &mut Recall::new(0.2), 300);
     let count = |d: &[bool]| d.iter().filter(|&&d| d).count();
     assert!(leaning[0] && leaning[250..].iter().all(|&d| !d));
     assert!(
@@ -76,14 +79,13 @@ fn odd_inputs_do_not_panic() {
 fn the_order_bound_across_calls_changes_no_draft() {
     for (seed, phrases) in [(1, 8), (2, 40), (3, 300)] {
         let text = phrase_text(seed, phrases, 6000);
-        let mut drafters = [true, false].map(|carry| {
-            let mut r = Recall::new(0.13);
-            r.carry_top = carry;
-            // The bound may find a lower order with the same token, whose
-            // cell differs: the drafts are the same, the lean may not be.
-            r.learner.leans = false;
-            r
+        // The bound may find a lower order with the same token, whose
+        // cell differs: the drafts are the same, the lean may not be.
+        let modes = [true, false].map(|carry_top| Mode {
+            lean: false,
+            carry_top,
         });
+        let mut drafters = modes.map(|_| Recall::new(0.13));
         let mut drafted = 0;
         // Three requests: each prompt is the history so far plus new text.
         for (prompt_end, end) in [(300, 2000), (2500, 4000), (4200, 6000)] {
@@ -93,7 +95,11 @@ fn the_order_bound_across_calls_changes_no_draft() {
             let mut len = prompt_end;
             while len < end {
                 let (history, last) = (&text[..len - 1], text[len - 1]);
-                let drafts = drafters.each_mut().map(|r| draft(r, history, last, 16));
+                let drafts: Vec<Vec<Token>> = modes
+                    .iter()
+                    .zip(&mut drafters)
+                    .map(|(&mode, r)| draft_in(mode, r, history, last, 16))
+                    .collect();
                 assert_eq!(drafts[0], drafts[1], "seed {seed}, at {len}");
                 let n = drafts[0]
                     .iter()

@@ -57,12 +57,12 @@ fn a_lean_is_a_shrunk_logit_shift() {
 #[test]
 fn a_new_session_starts_without_a_lean() {
     let mut r = Recall::new(0.2);
-    let _ = rounds_rejected(&mut r, 30);
-    assert!(r.learner.lean().odds() < 1.0);
+    let _ = rounds_rejected(SHIPPED, &mut r, 30);
+    assert!(r.learner.lean.odds() < 1.0);
     // A prompt that keeps nothing of the history: a new session.
     let other: Vec<Token> = (100..400).collect();
     r.begin(&other);
-    assert_eq!(r.learner.lean().odds(), 1.0);
+    assert_eq!(r.learner.lean.odds(), 1.0);
 }
 
 /// The purpose of the lean: on a memory whose cells were trained by other
@@ -73,18 +73,18 @@ fn a_new_session_starts_without_a_lean() {
 fn a_session_leans_away_from_what_other_traffic_taught_the_cells() {
     // A session of text from a book of `phrases` phrases, after six sessions
     // from books of `other` phrases, with its lean or with it held at 0.
-    let session = |phrases: usize, other: usize, leans: bool| {
+    let session = |phrases: usize, other: usize, lean: bool| {
         let memory = Arc::new(RecallMemory::new(1 << 24));
         let mut before = Recall::with_memory(0.13, Arc::clone(&memory), 1 << 22, false);
         for s in 0..6 {
             let text = phrase_text(100 + s, other, 3000);
-            greedy_request(&mut before, &text[..1000], &text[1000..]);
+            greedy_request(SHIPPED, &mut before, &text[..1000], &text[1000..]);
         }
         let mut r = Recall::with_memory(0.13, memory, 1 << 22, false);
-        r.learner.leans = leans;
+        let mode = Mode { lean, ..SHIPPED };
         let text = phrase_text(1, phrases, 4000);
-        let figures = greedy_request(&mut r, &text[..1000], &text[1000..]);
-        (figures, r.learner.lean().odds())
+        let figures = greedy_request(mode, &mut r, &text[..1000], &text[1000..]);
+        (figures, r.learner.lean.odds())
     };
     let acceptance =
         |(_, drafted, accepted): (usize, usize, usize)| accepted as f64 / drafted as f64;

@@ -18,15 +18,59 @@ pub(super) fn draft(r: &mut Recall, history: &[Token], last: Token, max: usize) 
     out
 }
 
+/// How a test drafts: as [`Drafter::draft`] does, or with a part of the
+/// search held still to check the rest on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Mode {
+    /// The stop rule applies the session's lean (without: the cells' word
+    /// alone).
+    pub(super) lean: bool,
+    /// A call's order search starts from the bound the last call left
+    /// (without: from the longest order).
+    pub(super) carry_top: bool,
+}
+
+/// [`Drafter::draft`]'s way.
+pub(super) const SHIPPED: Mode = Mode {
+    lean: true,
+    carry_top: true,
+};
+
+/// [`draft`] in `mode`: the same steps as [`Drafter::draft`], with the
+/// lean reset before the stop rule reads it (the lean still learns, from
+/// 0, but is never applied) and the order bound replaced by the longest
+/// order, as `mode` says.
+pub(super) fn draft_in(
+    mode: Mode,
+    r: &mut Recall,
+    history: &[Token],
+    last: Token,
+    max: usize,
+) -> Vec<Token> {
+    if mode == SHIPPED {
+        return draft(r, history, last, max);
+    }
+    let mut out = Vec::new();
+    let mut top = r.settle_last_draft(history, last);
+    if !mode.carry_top {
+        top = K - 1;
+    }
+    if !mode.lean {
+        r.learner.lean = Lean::default();
+    }
+    r.draft_after(history, last, DraftLimits { min: 0, max }, &mut out, top);
+    out
+}
+
 /// Draft calls over a periodic history whose target never follows the
 /// pattern (every draft is rejected at its first token, so the orchestrator
 /// calls no accept); whether each call drafted.
-pub(super) fn rounds_rejected(r: &mut Recall, rounds: usize) -> Vec<bool> {
+pub(super) fn rounds_rejected(mode: Mode, r: &mut Recall, rounds: usize) -> Vec<bool> {
     let mut history: Vec<Token> = [1, 2, 3].repeat(30);
     (0..rounds)
         .map(|round| {
             let last = [1, 2, 3][round % 3];
-            let drafted = !draft(r, &history, last, 16).is_empty();
+            let drafted = !draft_in(mode, r, &history, last, 16).is_empty();
             history.push(last);
             drafted
         })
@@ -57,12 +101,13 @@ pub(super) fn phrase_text(seed: u64, phrases: usize, len: usize) -> Vec<Token> {
 /// One draft call verified greedily against `truth` (the tokens after
 /// `last`), its accepted prefix reported: (drafted, accepted).
 pub(super) fn greedy_step(
+    mode: Mode,
     r: &mut Recall,
     history: &[Token],
     last: Token,
     truth: &[Token],
 ) -> (usize, usize) {
-    let d = draft(r, history, last, 16);
+    let d = draft_in(mode, r, history, last, 16);
     let n = d.iter().zip(truth).take_while(|(a, b)| a == b).count();
     if n > 0 {
         r.accept(n);
@@ -73,6 +118,7 @@ pub(super) fn greedy_step(
 /// (forward passes, drafted tokens, accepted tokens) of one request under
 /// greedy verification.
 pub(super) fn greedy_request(
+    mode: Mode,
     r: &mut Recall,
     prompt: &[Token],
     output: &[Token],
@@ -82,7 +128,7 @@ pub(super) fn greedy_request(
     let (mut i, mut passes, mut drafted, mut accepted) = (0, 0, 0, 0);
     while i < output.len() {
         let last = output[i];
-        let (d, n) = greedy_step(r, &history, last, &output[i + 1..]);
+        let (d, n) = greedy_step(mode, r, &history, last, &output[i + 1..]);
         history.push(last);
         history.extend_from_slice(&output[i + 1..i + 1 + n]);
         (drafted, accepted) = (drafted + d, accepted + n);

@@ -284,7 +284,7 @@ fn a_draft_call_never_waits_for_the_selector_weights() {
     r.begin(&text[..100]);
     let mut at = 100;
     let mut step = |r: &mut Recall| {
-        let (_, n) = greedy_step(r, &text[..at], text[at], &text[at + 1..]);
+        let (_, n) = greedy_step(SHIPPED, r, &text[..at], text[at], &text[at + 1..]);
         at += 1 + n;
     };
     let before = memory.learned().lock().unwrap().weights;
