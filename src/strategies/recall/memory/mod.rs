@@ -232,26 +232,13 @@ impl RecallMemory {
     }
 
     /// The continuations of the most recent occurrences (newest first, at
-    /// most 8) of `context`: public only for the model check (tests/loom.rs)
-    /// and with the benches' `internals`.
-    #[cfg(any(loom, feature = "internals"))]
-    #[doc(hidden)]
-    pub fn followers(&self, context: &[Token]) -> Vec<Token> {
-        self.followers_in(context)
-    }
-
-    /// The continuations of the most recent occurrences, for the unit tests.
-    #[cfg(all(test, not(any(loom, feature = "internals"))))]
-    pub(crate) fn followers(&self, context: &[Token]) -> Vec<Token> {
-        self.followers_in(context)
-    }
-
-    /// The continuations of the most recent occurrences (newest first, at
     /// most 8) of `context`, whose length must be one of recall's orders (1,
     /// 2, 3, 4, 6, 8, 12, 16; any other gives nothing). Lock-free, like a
-    /// draft: for the tests and the model check.
+    /// draft. Built only for the unit tests, the model check (tests/loom.rs)
+    /// and with the benches' `internals`.
     #[cfg(any(test, loom, feature = "internals"))]
-    fn followers_in(&self, context: &[Token]) -> Vec<Token> {
+    #[doc(hidden)]
+    pub fn followers(&self, context: &[Token]) -> Vec<Token> {
         let Some(o) = super::chains::ORDERS
             .iter()
             .position(|&k| k == context.len())
@@ -290,15 +277,10 @@ impl RecallMemory {
     /// Appends one request's tokens, after a boundary (no context spans two
     /// requests); of more than [`capacity`](RecallMemory::capacity) tokens,
     /// the most recent part. Readers go on meanwhile; other writers wait.
-    /// Returns the logical position of the first token appended.
-    #[cfg(all(test, not(any(loom, feature = "internals"))))]
-    pub(crate) fn append(&self, tokens: &[Token]) -> u64 {
-        self.append_after(&[], tokens)
-    }
-
-    /// Appends one request's tokens (the write path, public only for the
-    /// model check and the benches: engines publish through drafters).
-    #[cfg(any(loom, feature = "internals"))]
+    /// Returns the logical position of the first token appended. Built only
+    /// for the unit tests, the model check and the benches (`internals`):
+    /// engines publish through drafters.
+    #[cfg(any(test, loom, feature = "internals"))]
     #[doc(hidden)]
     pub fn append(&self, tokens: &[Token]) -> u64 {
         self.append_after(&[], tokens)
@@ -387,12 +369,6 @@ impl RecallMemory {
     /// Requests whose end was published.
     pub(crate) fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
-    }
-
-    /// Holds the learned tables' lock, as another drafter's sync would.
-    #[cfg(all(test, not(loom)))]
-    pub(super) fn hold_learned(&self) -> crate::sync::MutexGuard<'_, super::Learned> {
-        lock(&self.learned)
     }
 
     /// Runs held and the room their deque has for them.

@@ -290,7 +290,7 @@ fn a_draft_call_never_waits_for_the_selector_weights() {
     let before = memory.learned().lock().unwrap().weights;
     {
         // Same thread: a draft call that waited for the lock would deadlock.
-        let _held = memory.hold_learned();
+        let _held = memory.learned().lock().unwrap();
         for _ in 0..200 {
             step(&mut r);
         }
