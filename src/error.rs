@@ -167,7 +167,7 @@ pub enum Error {
         seq: usize,
     },
     /// A buffer could not be allocated (the process keeps running).
-    #[error("{what}: cannot allocate {bytes} bytes ({:.1} GiB); choose a smaller size", *.bytes as f64 / (1u64 << 30) as f64)]
+    #[error("{what}: cannot allocate {bytes} bytes ({:.1} GiB); choose a smaller size", crate::int::float(*.bytes) / f64::from(1u32 << 30))]
     OutOfMemory {
         /// What was being allocated (`ngram-mod pool`, ...).
         what: &'static str,

@@ -34,6 +34,15 @@ pub(crate) fn small(x: usize) -> u32 {
     u32::try_from(x).unwrap_or(u32::MAX)
 }
 
+/// A slice index the caller keeps below 2^32, in 32 bits, unchecked (a
+/// truncation if it were not): for the hot loops where [`small`]'s check
+/// costs (the position index's re-chain).
+#[inline(always)]
+#[allow(clippy::cast_possible_truncation)] // bounded by the caller
+pub(crate) const fn index32(x: usize) -> u32 {
+    x as u32
+}
+
 /// The low 32 bits of `x` (a truncation, on purpose: a position stored in a
 /// 32-bit cell, a hash's low half).
 #[inline(always)]

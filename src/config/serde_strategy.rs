@@ -9,6 +9,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Param, Strategy};
+use crate::int::wide;
 
 impl Serialize for Strategy {
     /// `{"type": NAME, key: value, ...}`; every parameter is written
@@ -38,7 +39,7 @@ enum Value {
 impl Value {
     fn unexpected(&self) -> Unexpected<'_> {
         match self {
-            Value::Number(n) => Unexpected::Unsigned(*n as u64),
+            Value::Number(n) => Unexpected::Unsigned(wide(*n)),
             Value::Text(t) => Unexpected::Str(t),
             Value::Null => Unexpected::Unit,
         }

@@ -4,6 +4,7 @@
 
 use crate::config::{Config, Strategy};
 use crate::drafter::{DraftLimits, Drafter};
+use crate::int::float;
 use crate::stats::DrafterStats;
 use crate::strategies::{NgramCache, NgramMap, NgramMod, NgramSimple, Recall};
 use crate::{Error, Shared};
@@ -82,7 +83,7 @@ impl Speculative {
                         .live(),
                 ),
                 Strategy::Recall { threshold_permille } => Box::new(Recall::with_memory(
-                    threshold_permille as f64 / 1000.0,
+                    float(threshold_permille) / 1000.0,
                     shared.recall_memory(),
                     shared.budget().sequence,
                     engine_wide,

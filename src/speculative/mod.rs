@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::drafter::{DraftLimits, Drafter};
+use crate::int::wide;
 use crate::stats::DrafterStats;
 use crate::strategies::NgramPool;
 use crate::token::Token;
@@ -172,7 +173,7 @@ impl Speculative {
                 continue;
             }
             stats.gen_drafts += 1;
-            stats.gen_tokens += self.draft.len() as u64;
+            stats.gen_tokens += wide(self.draft.len());
             tracing::trace!(target: "selfspec", drafter = %stats.name, len = self.draft.len(), history = history.len(), "draft");
             self.current = Some(i);
             self.source = Some(i);
@@ -207,7 +208,7 @@ impl Speculative {
         stats.t_accept += t.elapsed();
         stats.calls_accept += 1;
         stats.acc_drafts += 1;
-        stats.acc_tokens += n_accepted as u64;
+        stats.acc_tokens += wide(n_accepted);
     }
 
     /// The current request has ended: each drafter hands what it learned

@@ -1,6 +1,6 @@
 //! Unit tests of the tables, followers, bulk learning, files and drafter.
 
-use crate::int::wide;
+use crate::int::{float, wide};
 use std::path::PathBuf;
 
 use super::drafter::{winner, NgramCache};
@@ -196,7 +196,7 @@ fn successor_guesses_find_repeated_passages() {
             }
             prev = i;
         }
-        let share = guessed as f64 / (text.len() - size) as f64;
+        let share = float(guessed) / float(text.len() - size);
         assert!(share > 0.5, "size {size}: {share:.2} guessed");
     }
 }

@@ -87,7 +87,7 @@ fn a_session_leans_away_from_what_other_traffic_taught_the_cells() {
         (figures, r.learner.lean.odds())
     };
     let acceptance =
-        |(_, drafted, accepted): (usize, usize, usize)| accepted as f64 / drafted as f64;
+        |(_, drafted, accepted): (usize, usize, usize)| float(accepted) / float(drafted);
     // More predictable than the traffic before it.
     let (with, odds) = session(6, 400, true);
     let (without, _) = session(6, 400, false);

@@ -8,8 +8,8 @@ fn memory_scan_finds_what_a_token_by_token_walk_finds() {
     // A ring of 1024 tokens (the smallest), filled past its end so that the
     // held positions wrap and a scan crosses the ring's seam.
     let memory = RecallMemory::new(1);
-    let tokens: Vec<Token> = (0u32..2500)
-        .map(|i| [5, 9, u32::MAX][(i * 7 % 11 % 3) as usize])
+    let tokens: Vec<Token> = (0usize..2500)
+        .map(|i| [5, 9, u32::MAX][i * 7 % 11 % 3])
         .collect();
     for part in tokens.chunks(100) {
         memory.append(part);
