@@ -82,10 +82,17 @@
 //!
 //! # Token ids
 //!
-//! [`Token`] is `u32`. Engines with `i32` ids (llama.cpp bindings) use the
-//! owned-history API ([`Speculative::begin_owned`],
-//! [`Speculative::draft_next`]) and [`verify`] with their ids as they are
-//! ([`IntoToken`]); hashes see them as llama.cpp does.
+//! [`Token`] is `u32`. The [`step`] module is the recommended way to drive
+//! an engine: it implements [`step::Target`] and a [`step::Stepper`]
+//! drafts, verifies, commits and rolls back for every sequence. The
+//! stepper takes and returns `u32` ids (prompts, the batch's rows, the
+//! replies); an engine with `i32` ids (llama.cpp bindings) converts at its
+//! `Target` with [`IntoToken`] (`id.into_token()`, `i32::from_token(t)`:
+//! the same bits, so the hashes see an id as llama.cpp does and the drafts
+//! are the same). An engine that keeps its own loop can let a
+//! [`Speculative`] keep the history instead: the owned-history API
+//! ([`Speculative::begin_owned`], [`Speculative::draft_next`]) and
+//! [`verify`] take and return its ids as they are.
 //!
 //! # Features
 //!

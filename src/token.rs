@@ -3,10 +3,12 @@
 /// A token id, as the engine's tokenizer numbers it.
 ///
 /// Every strategy hashes ids the way llama.cpp hashes its `i32` tokens, so
-/// engines with `i32` ids keep reference-exact drafts: the owned-history API
+/// engines with `i32` ids keep reference-exact drafts: through the
+/// [`Stepper`](crate::step::Stepper), which takes `u32` ids, they convert
+/// theirs at the [`Target`](crate::step::Target) boundary with
+/// [`IntoToken`] (the same bits); the owned-history API
 /// ([`Speculative::draft_next`](crate::Speculative::draft_next)) and
-/// [`verify`](crate::verify) take and return `i32` ids as they are
-/// ([`IntoToken`]).
+/// [`verify`](crate::verify) take and return `i32` ids as they are.
 pub type Token = u32;
 
 /// An engine's token id: [`Token`] (`u32`), `i32` (llama.cpp's
