@@ -74,6 +74,7 @@ use crate::{Error, Speculative};
 
 mod pass;
 mod reply;
+mod resume;
 mod sampler;
 mod sequence;
 mod target;
