@@ -72,6 +72,7 @@ use std::time::Duration;
 use crate::token::Token;
 use crate::{Error, Speculative};
 
+mod measure;
 mod pass;
 mod reply;
 mod resume;
@@ -80,6 +81,7 @@ mod sequence;
 mod target;
 mod verifying;
 
+pub use measure::{LogitNoise, MeasureError, PassCost, PassCurve, RowNoise};
 pub use reply::{Decode, Finished, Reply, Sampling, Stop, TokenEvent};
 pub use sampler::Sampler;
 pub use target::{Batch, Choice, Kept, Row, SeqId, Shape, Target};
