@@ -157,7 +157,7 @@ mod tests {
         let soft: Vec<f32> = {
             let e: Vec<f64> = logits.iter().map(|&l| f64::from(l).exp()).collect();
             let t: f64 = e.iter().sum();
-            e.iter().map(|x| (x / t) as f32).collect()
+            e.iter().map(|x| crate::int::narrow(x / t)).collect()
         };
         // (sampler, tokens kept)
         let cases: &[(Sampler, &[usize])] = &[

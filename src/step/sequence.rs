@@ -75,7 +75,9 @@ impl Live {
             decode,
             reply: Reply::new(decode.max_tokens.min(4096)),
             spec,
-            rng: fastrand::Rng::with_seed(seed),
+            // Mixed first: the generator's first draws from nearby seeds
+            // (a client's seeds 1, 2, 3, ...) are correlated.
+            rng: fastrand::Rng::with_seed(crate::index::hash::mix(seed)),
             draft: Vec::new(),
             out_row: None,
             started: Instant::now(),

@@ -1,0 +1,148 @@
+//! A mock target for the stepper's tests: a deterministic model over a small
+//! vocabulary whose logits depend on the whole context, with per-sequence
+//! caches that check every row's position, an optional checkpoint cache
+//! (no removal: restores the state before the last pass) and failures on
+//! demand.
+
+#![allow(dead_code)] // each test file uses part of it
+
+use selfspec::step::{Batch, Kept, SeqId, Shape, Target};
+use selfspec::Token;
+
+/// The mock's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    /// A row not at the end of its sequence's cache.
+    #[error("sequence {seq}: row at position {pos}, cache holds {held}")]
+    Position { seq: usize, pos: usize, held: usize },
+    /// A failure asked for.
+    #[error("pass {0} fails on purpose")]
+    Planned(usize),
+}
+
+/// The model: logits of the next token after `context` (vocabulary `vocab`).
+pub fn logits(context: &[Token], vocab: usize) -> Vec<f32> {
+    let mut h: u64 = 0x9e37_79b9;
+    for &t in context.iter().rev().take(3) {
+        h = (h ^ u64::from(t)).wrapping_mul(0x100_0000_01b3);
+    }
+    h ^= (context.len() as u64 / 5).wrapping_mul(0x2545_f491);
+    (0..vocab)
+        .map(|i| {
+            let x = h.wrapping_add(i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+            (x % 1000) as f32 / 250.0
+        })
+        .collect()
+}
+
+/// Plain greedy decoding of `n` tokens after `prompt`.
+pub fn plain_greedy(prompt: &[Token], n: usize, vocab: usize) -> Vec<Token> {
+    let mut ctx = prompt.to_vec();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = selfspec::step::Choice::of(&logits(&ctx, vocab))
+            .unwrap()
+            .token;
+        out.push(t);
+        ctx.push(t);
+    }
+    out
+}
+
+pub struct Mock {
+    pub shape: Shape,
+    pub caches: Vec<Vec<Token>>,
+    rows: Vec<Vec<f32>>,
+    /// Checkpoint mode: each sequence's cache length before the last pass.
+    pub checkpoints: Option<Vec<usize>>,
+    pub passes: usize,
+    pub fail_at: Option<usize>,
+    /// Rows evaluated, in all passes.
+    pub rows_evaluated: usize,
+}
+
+impl Mock {
+    pub fn new(sequences: usize, context: usize, vocab: usize, batch: usize) -> Mock {
+        Mock {
+            shape: Shape {
+                sequences,
+                context,
+                vocab,
+                batch,
+            },
+            caches: vec![Vec::new(); sequences],
+            rows: Vec::new(),
+            checkpoints: None,
+            passes: 0,
+            fail_at: None,
+            rows_evaluated: 0,
+        }
+    }
+
+    /// A cache that cannot remove positions: it restores a checkpoint.
+    pub fn with_checkpoints(mut self) -> Mock {
+        self.checkpoints = Some(vec![0; self.shape.sequences]);
+        self
+    }
+}
+
+impl Target for Mock {
+    type Error = MockError;
+
+    fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    fn forward(&mut self, batch: &Batch) -> Result<(), MockError> {
+        self.passes += 1;
+        if self.fail_at == Some(self.passes) {
+            return Err(MockError::Planned(self.passes));
+        }
+        assert!(
+            batch.len() <= self.shape.batch,
+            "a batch over the target's size"
+        );
+        if let Some(cp) = &mut self.checkpoints {
+            for (s, c) in self.caches.iter().enumerate() {
+                cp[s] = c.len();
+            }
+        }
+        self.rows.clear();
+        for row in batch.rows() {
+            let cache = &mut self.caches[row.seq.index()];
+            if cache.len() != row.pos || row.pos >= self.shape.context {
+                return Err(MockError::Position {
+                    seq: row.seq.index(),
+                    pos: row.pos,
+                    held: cache.len(),
+                });
+            }
+            cache.push(row.token);
+            self.rows.push(if row.output {
+                logits(cache, self.shape.vocab)
+            } else {
+                Vec::new()
+            });
+        }
+        self.rows_evaluated += batch.len();
+        Ok(())
+    }
+
+    fn logits(&mut self, row: usize) -> Result<&[f32], MockError> {
+        Ok(&self.rows[row])
+    }
+
+    fn truncate(&mut self, seq: SeqId, from: usize) -> Result<Kept, MockError> {
+        let cache = &mut self.caches[seq.index()];
+        match &self.checkpoints {
+            Some(cp) if from < cache.len() && from >= cp[seq.index()] => {
+                cache.truncate(cp[seq.index()]);
+                Ok(Kept::Restored { len: cache.len() })
+            }
+            _ => {
+                cache.truncate(from);
+                Ok(Kept::Exact)
+            }
+        }
+    }
+}
