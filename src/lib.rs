@@ -136,3 +136,8 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/security.md")]
 pub struct SecurityDoctests;
+
+/// The Rust blocks of `docs/engine-guide.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/engine-guide.md")]
+pub struct EngineGuideDoctests;
