@@ -130,6 +130,13 @@ pub trait Drafter: Send + fmt::Debug {
     /// Nothing by default.
     fn end_request(&mut self) {}
 
+    /// The engine verifies only the first `len` tokens of this drafter's
+    /// last draft (it cut the rest, to fit its batch): the ones after them
+    /// were never tried, and a drafter that learns from acceptance must not
+    /// count them as rejected. Called before [`accept`](Drafter::accept);
+    /// `len` 0 means the draft was dropped. Nothing by default.
+    fn truncate_draft(&mut self, _len: usize) {}
+
     /// Heap bytes this drafter holds for its sequence (shared state, such as
     /// ngram-mod's pool, is not counted). For memory accounting; 0 by default.
     fn heap_bytes(&self) -> usize {
@@ -191,6 +198,9 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn end_request(&mut self) {
         (**self).end_request()
+    }
+    fn truncate_draft(&mut self, len: usize) {
+        (**self).truncate_draft(len)
     }
     fn heap_bytes(&self) -> usize {
         (**self).heap_bytes()

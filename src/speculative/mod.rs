@@ -211,6 +211,44 @@ impl Speculative {
         stats.acc_tokens += wide(n_accepted);
     }
 
+    /// The engine verifies only the first `len` tokens of the last draft
+    /// (it cut the rest to fit its batch): the drafter that produced it is
+    /// told, so that the tokens never tried are not learned as rejected, and
+    /// the statistics count the tokens sent to verification. `len` 0 drops
+    /// the draft (no `accept` follows). Nothing happens without a pending
+    /// draft or for a `len` at least the draft's.
+    ///
+    /// ```
+    /// use selfspec::{Config, Speculative};
+    ///
+    /// let mut spec = Speculative::new(&Config::default())?;
+    /// let prompt: Vec<u32> = (0..100).map(|i| i % 20).collect();
+    /// spec.begin(&prompt);
+    /// assert_eq!(spec.draft(&prompt, 0).len(), 16);
+    /// spec.truncate_draft(4);
+    /// assert_eq!(spec.last_draft(), [1, 2, 3, 4]);
+    /// spec.accept(4);
+    /// assert_eq!(spec.stats()[0].gen_tokens, 4);
+    /// # Ok::<(), selfspec::Error>(())
+    /// ```
+    pub fn truncate_draft(&mut self, len: usize) {
+        let Some(i) = self.current else {
+            return;
+        };
+        if len >= self.draft.len() {
+            return;
+        }
+        let stats = &mut self.stats[i];
+        stats.gen_tokens -= wide(self.draft.len() - len);
+        self.draft.truncate(len);
+        self.drafters[i].truncate_draft(len);
+        if len == 0 {
+            stats.gen_drafts -= 1;
+            self.current = None;
+            self.source = None;
+        }
+    }
+
     /// The current request has ended: each drafter hands what it learned
     /// from it to the engine-wide state (recall publishes the request's
     /// tokens to the [`Shared`](crate::Shared) memory, where later requests on any thread

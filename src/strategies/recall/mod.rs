@@ -258,6 +258,15 @@ impl Drafter for Recall {
         self.finish_request();
     }
 
+    /// Tokens past `len` were never verified: only the first `len` are
+    /// recorded when `accept` (or the next draft) settles the draft.
+    fn truncate_draft(&mut self, len: usize) {
+        let w = &mut self.work;
+        w.pending.truncate(len);
+        w.cell_probabilities.truncate(len);
+        w.probabilities.truncate(len);
+    }
+
     fn heap_bytes(&self) -> usize {
         self.session.heap_bytes()
     }
