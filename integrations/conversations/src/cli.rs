@@ -6,43 +6,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::{Error, Source};
-
-/// A set's `--token-cost`.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub enum Cost {
-    /// Measured from the engine's pass times at start.
-    #[default]
-    Auto,
-    /// No token cost given to selfspec.
-    Off,
-    /// This one.
-    Fixed(f64),
-}
-
-impl Cost {
-    /// The token cost to give selfspec: `None` for [`Cost::Off`]; for
-    /// [`Cost::Auto`], `measured` (measured once with `measure` when it is
-    /// still `None`, then kept for the other sets).
-    ///
-    /// # Errors
-    ///
-    /// `measure`'s.
-    pub fn resolve<E>(
-        self,
-        measured: &mut Option<f64>,
-        measure: impl FnOnce() -> Result<f64, E>,
-    ) -> Result<Option<f64>, E> {
-        Ok(match self {
-            Cost::Off => None,
-            Cost::Fixed(x) => Some(x),
-            Cost::Auto => Some(match *measured {
-                Some(x) => x,
-                None => *measured.insert(measure()?),
-            }),
-        })
-    }
-}
+pub use crate::set::Cost;
+use crate::{DraftSet, Error, Source};
 
 /// One drafting set's options (those after the previous `--next`).
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -89,6 +54,48 @@ impl CommonArgs {
         } else {
             self.conversations.clone()
         }
+    }
+
+    /// The drafting sets, ready to run: each one's configuration and
+    /// memory, its token cost (`auto` measured once, with `measure`, only
+    /// if a set asks for it) and its pacing.
+    ///
+    /// # Errors
+    ///
+    /// `measure`'s, and [`Error::Config`] for a set selfspec rejects.
+    ///
+    /// ```
+    /// use selfspec_conversations::cli::parse;
+    ///
+    /// let args = parse(
+    ///     ["--next", "--token-cost", "0.5", "--paced", "--next", "--token-cost", "none"]
+    ///         .map(String::from)
+    ///         .into_iter(),
+    ///     |_, _| Ok(false),
+    /// )
+    /// .unwrap();
+    /// let sets = args.draft_sets(|| Ok::<f64, selfspec_conversations::Error>(0.25))?;
+    /// let labels: Vec<String> = sets.iter().map(|s| s.label()).collect();
+    /// assert_eq!(labels, ["recall (token cost 0.250)", "recall (token cost 0.500, paced)", "recall"]);
+    /// # Ok::<(), selfspec_conversations::Error>(())
+    /// ```
+    pub fn draft_sets<E: From<Error>>(
+        &self,
+        measure: impl FnOnce() -> Result<f64, E>,
+    ) -> Result<Vec<DraftSet>, E> {
+        let auto = self.sets.iter().any(|s| s.cost == Cost::Auto);
+        let measured = if auto { Some(measure()?) } else { None };
+        let mut sets = Vec::with_capacity(self.sets.len());
+        for s in &self.sets {
+            let cost = match s.cost {
+                Cost::Auto => measured,
+                Cost::Off => None,
+                Cost::Fixed(x) => Some(x),
+            };
+            let set = DraftSet::new(&s.strategies, s.draft_max, s.draft_min)?;
+            sets.push(set.with_token_cost(cost)?.with_paced(s.paced));
+        }
+        Ok(sets)
     }
 }
 
@@ -293,6 +300,30 @@ mod tests {
     }
 
     #[test]
+    fn sets_are_measured_once_and_only_when_asked() {
+        let line = "--next --token-cost none --next --token-cost 0.5 --paced --next";
+        let a = args(line).unwrap();
+        let mut calls = 0;
+        let sets = a
+            .draft_sets(|| {
+                calls += 1;
+                Ok::<f64, Error>(0.125)
+            })
+            .unwrap();
+        assert_eq!(calls, 1);
+        let costs: Vec<Option<f64>> = sets.iter().map(DraftSet::token_cost).collect();
+        assert_eq!(costs, [Some(0.125), None, Some(0.5), Some(0.125)]);
+        assert!(sets[2].paced() && !sets[3].paced());
+        let fixed = args("--token-cost none --next --token-cost 0.1").unwrap();
+        let sets = fixed.draft_sets(|| -> Result<f64, Error> { panic!("measured") });
+        assert_eq!(sets.unwrap().len(), 2);
+        let failed = args("")
+            .unwrap()
+            .draft_sets(|| Err(Error::Source("no model".into())));
+        assert!(failed.unwrap_err().to_string().contains("no model"));
+    }
+
+    #[test]
     fn help_lines_are_indented_alike() {
         for line in COMMON_HELP.lines() {
             assert!(
@@ -300,34 +331,6 @@ mod tests {
                 "{line:?}"
             );
         }
-    }
-
-    #[test]
-    fn auto_cost_is_measured_once() {
-        let mut measured = None;
-        let mut calls = 0;
-        let mut measure = || -> Result<f64, ()> {
-            calls += 1;
-            Ok(0.3)
-        };
-        assert_eq!(Cost::Off.resolve(&mut measured, &mut measure), Ok(None));
-        assert_eq!(
-            Cost::Fixed(0.1).resolve(&mut measured, &mut measure),
-            Ok(Some(0.1))
-        );
-        assert_eq!(
-            Cost::Auto.resolve(&mut measured, &mut measure),
-            Ok(Some(0.3))
-        );
-        assert_eq!(
-            Cost::Auto.resolve(&mut measured, &mut measure),
-            Ok(Some(0.3))
-        );
-        assert_eq!(calls, 1);
-        assert_eq!(
-            Cost::Auto.resolve(&mut None, || Err::<f64, &str>("no model")),
-            Err("no model")
-        );
     }
 
     #[test]

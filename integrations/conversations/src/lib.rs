@@ -28,6 +28,7 @@ mod divergence;
 mod error;
 mod progress;
 mod report;
+mod set;
 
 pub use config::{config, strategy_label};
 pub use conversation::{
@@ -37,3 +38,4 @@ pub use divergence::{argmax_gap, compare, Divergence};
 pub use error::Error;
 pub use progress::Progress;
 pub use report::{print_table, write_json, Decoded, Summary, Tally};
+pub use set::{Cost, DraftSet};

@@ -1,0 +1,271 @@
+//! A drafting set: the strategies an engine command compares with plain
+//! decoding, with their draft limits, token cost, pacing and engine-wide
+//! memory.
+
+use selfspec::{Config, Shared, Speculative};
+
+use crate::{config, strategy_label, Error};
+
+/// A set's `--token-cost`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub enum Cost {
+    /// Measured from the engine's pass times at start.
+    #[default]
+    Auto,
+    /// No token cost given to selfspec.
+    Off,
+    /// This one.
+    Fixed(f64),
+}
+
+impl Cost {
+    /// The token cost to give selfspec: `None` for [`Cost::Off`]; for
+    /// [`Cost::Auto`], `measured` (measured once with `measure` when it is
+    /// still `None`, then kept for the other sets).
+    ///
+    /// # Errors
+    ///
+    /// `measure`'s.
+    pub fn resolve<E>(
+        self,
+        measured: &mut Option<f64>,
+        measure: impl FnOnce() -> Result<f64, E>,
+    ) -> Result<Option<f64>, E> {
+        Ok(match self {
+            Cost::Off => None,
+            Cost::Fixed(x) => Some(x),
+            Cost::Auto => Some(match *measured {
+                Some(x) => x,
+                None => *measured.insert(measure()?),
+            }),
+        })
+    }
+}
+
+/// One drafting set compared with plain decoding: its name, drafting
+/// configuration, token cost, whether its drafts are paced, and its
+/// engine-wide memory ([`Shared`], one for the whole run: every request's
+/// [`Speculative`] shares it).
+///
+/// ```
+/// use selfspec_conversations::DraftSet;
+///
+/// let set = DraftSet::new(&["ngram-mod".into()], Some(16), None)?.with_token_cost(Some(0.25))?;
+/// assert_eq!(set.label(), "ngram-mod (draft 0..=16, token cost 0.250)");
+/// let spec = set.speculative()?; // one request's drafter
+/// # drop(spec);
+/// assert!(DraftSet::new(&[], None, None)?.with_token_cost(Some(1.5)).is_err());
+/// # Ok::<(), selfspec_conversations::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DraftSet {
+    name: String,
+    limits: bool,
+    config: Config,
+    token_cost: Option<f64>,
+    paced: bool,
+    shared: Shared,
+}
+
+impl DraftSet {
+    /// The set of `--strategy` values as the replay tool takes them
+    /// (`NAME[:key=value,...]`; several form a chain; none is
+    /// [`Config::recommended`]) and the optional `--draft-max` /
+    /// `--draft-min` ([`config`](crate::config)); no token cost, not paced.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an unknown strategy, a bad parameter or limits
+    /// the configuration rejects.
+    pub fn new(
+        strategies: &[String],
+        draft_max: Option<usize>,
+        draft_min: Option<usize>,
+    ) -> Result<DraftSet, Error> {
+        let mut set = DraftSet::from_config(
+            strategy_label(strategies),
+            config(strategies, draft_max, draft_min)?,
+        )?;
+        set.limits = draft_max.is_some() || draft_min.is_some();
+        Ok(set)
+    }
+
+    /// The set of `config`, named `name` in the report; no token cost, not
+    /// paced.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a configuration selfspec rejects.
+    pub fn from_config(name: impl Into<String>, config: Config) -> Result<DraftSet, Error> {
+        let shared = Shared::new(&config)?;
+        Ok(DraftSet {
+            name: name.into(),
+            limits: false,
+            config,
+            token_cost: None,
+            paced: false,
+            shared,
+        })
+    }
+
+    /// The set with the token cost each request's [`Speculative`] gets
+    /// (`None`: none).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a cost outside `[0, 1)`.
+    pub fn with_token_cost(mut self, cost: Option<f64>) -> Result<DraftSet, Error> {
+        if let Some(c) = cost.filter(|c| !(0.0..1.0).contains(c)) {
+            return Err(selfspec::Error::TokenCost { cost: c }.into());
+        }
+        self.token_cost = cost;
+        Ok(self)
+    }
+
+    /// The set with its drafts paced (`--paced`, for the engines that pace).
+    #[must_use]
+    pub fn with_paced(mut self, paced: bool) -> DraftSet {
+        self.paced = paced;
+        self
+    }
+
+    /// Its name in the report: the strategies joined by `+`, then in
+    /// parentheses the draft limits (when given), the token cost and
+    /// `paced` (when set): `recall (token cost 0.130, paced)`.
+    #[must_use]
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if self.limits {
+            let (min, max) = (self.config.draft_min, self.config.draft_max);
+            parts.push(format!("draft {min}..={max}"));
+        }
+        if let Some(c) = self.token_cost {
+            parts.push(format!("token cost {c:.3}"));
+        }
+        if self.paced {
+            parts.push("paced".to_string());
+        }
+        if parts.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{} ({})", self.name, parts.join(", "))
+        }
+    }
+
+    /// The drafting configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The engine-wide memory the set's requests share.
+    #[must_use]
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The token cost each request's drafter gets, if any.
+    #[must_use]
+    pub fn token_cost(&self) -> Option<f64> {
+        self.token_cost
+    }
+
+    /// Whether its drafts are paced.
+    #[must_use]
+    pub fn paced(&self) -> bool {
+        self.paced
+    }
+
+    /// A drafter for one request: the configuration on the set's
+    /// [`Shared`], with its token cost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when selfspec cannot build it.
+    pub fn speculative(&self) -> Result<Speculative, Error> {
+        let mut spec = Speculative::with_shared(&self.config, &self.shared)?;
+        if let Some(cost) = self.token_cost {
+            spec.set_token_cost(cost)?;
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_say_what_differs_from_the_defaults() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases = [
+            (DraftSet::new(&[], None, None), None, false, "recall"),
+            (
+                DraftSet::new(&[], None, None),
+                Some(0.13),
+                true,
+                "recall (token cost 0.130, paced)",
+            ),
+            (
+                DraftSet::new(&s(&["ngram-simple", "ngram-map-k"]), None, Some(2)),
+                None,
+                false,
+                "ngram-simple+ngram-map-k (draft 2..=16)",
+            ),
+            (DraftSet::new(&[], None, None), None, true, "recall (paced)"),
+        ];
+        for (set, cost, paced, want) in cases {
+            let set = set
+                .unwrap()
+                .with_token_cost(cost)
+                .unwrap()
+                .with_paced(paced);
+            assert_eq!(set.label(), want);
+            assert_eq!((set.token_cost(), set.paced()), (cost, paced));
+        }
+    }
+
+    #[test]
+    fn requests_share_the_sets_memory_and_get_its_cost() {
+        let set = DraftSet::new(&[], Some(8), None).unwrap();
+        assert_eq!(set.config().draft_max, 8);
+        let set = set.with_token_cost(Some(0.5)).unwrap();
+        assert!(set.speculative().is_ok());
+        for bad in [1.0, -0.1, f64::NAN] {
+            let e = DraftSet::new(&[], None, None)
+                .unwrap()
+                .with_token_cost(Some(bad));
+            assert!(e.unwrap_err().to_string().contains("token cost"), "{bad}");
+        }
+        assert!(DraftSet::new(&["no-such".into()], None, None).is_err());
+        assert!(DraftSet::new(&[], Some(2), Some(3)).is_err());
+    }
+
+    #[test]
+    fn auto_cost_is_measured_once() {
+        let mut measured = None;
+        let mut calls = 0;
+        let mut measure = || -> Result<f64, ()> {
+            calls += 1;
+            Ok(0.3)
+        };
+        assert_eq!(Cost::Off.resolve(&mut measured, &mut measure), Ok(None));
+        assert_eq!(
+            Cost::Fixed(0.1).resolve(&mut measured, &mut measure),
+            Ok(Some(0.1))
+        );
+        assert_eq!(
+            Cost::Auto.resolve(&mut measured, &mut measure),
+            Ok(Some(0.3))
+        );
+        assert_eq!(
+            Cost::Auto.resolve(&mut measured, &mut measure),
+            Ok(Some(0.3))
+        );
+        assert_eq!(calls, 1);
+        assert_eq!(
+            Cost::Auto.resolve(&mut None, || Err::<f64, &str>("no model")),
+            Err("no model")
+        );
+    }
+}
