@@ -3,8 +3,11 @@
 //! `--token-cost`, `--next`), the near-tie bound and the JSON file. Each
 //! command adds options of its own through [`parse`]'s `extra` callback.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use lexopt::Arg;
 
 pub use crate::set::Cost;
 use crate::{DraftSet, Error, Source};
@@ -134,6 +137,17 @@ pub fn positive(name: &str, v: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{name}: {v:?} is not a positive integer"))
 }
 
+/// The option's value, as UTF-8.
+fn value(p: &mut lexopt::Parser, name: &str) -> Result<String, String> {
+    let v = p.value().map_err(|_| format!("{name} needs a value"))?;
+    utf8(name, v)
+}
+
+fn utf8(name: &str, v: OsString) -> Result<String, String> {
+    v.into_string()
+        .map_err(|v| format!("{name}: {:?} is not UTF-8", v.to_string_lossy()))
+}
+
 fn cost(v: &str) -> Result<Cost, String> {
     match v {
         "auto" => Ok(Cost::Auto),
@@ -154,22 +168,61 @@ fn near_tie(v: &str) -> Result<f32, String> {
         .ok_or_else(|| format!("--near-tie: {v:?} is not a non-negative number"))
 }
 
-/// Parses the arguments after the program's name. An option this module
-/// does not know goes to `extra(option, value)`, where `value(name)` takes
-/// the option's value; `extra` returns `Ok(false)` for an option the
-/// command does not know either.
+/// Reads option `name` if it is one of [`COMMON_HELP`]'s into `a`, taking
+/// its value from `p`; whether it was.
+fn common_option(a: &mut CommonArgs, name: &str, p: &mut lexopt::Parser) -> Result<bool, String> {
+    let set = a.sets.last_mut().ok_or("no drafting set")?;
+    match name {
+        "-h" | "--help" => a.help = true,
+        "--gguf" => a.gguf = Some(value(p, name)?.into()),
+        "--conversations" => {
+            let files = p
+                .values()
+                .map_err(|_| format!("{name} needs at least one FILE[:N]"))?;
+            for v in files {
+                let file = utf8(name, v)?;
+                a.conversations
+                    .push(file.parse().map_err(|e: Error| e.to_string())?);
+            }
+        }
+        "--max-tokens" => a.max_tokens = positive(name, &value(p, name)?)?,
+        "--strategy" | "-s" => set.strategies.push(value(p, name)?),
+        "--draft-max" => set.draft_max = Some(positive(name, &value(p, name)?)?),
+        "--draft-min" => {
+            let v = value(p, name)?;
+            let n = v
+                .parse()
+                .map_err(|_| format!("{name}: {v:?} is not an integer"))?;
+            set.draft_min = Some(n);
+        }
+        "--token-cost" => set.cost = cost(&value(p, name)?)?,
+        "--paced" => set.paced = true,
+        "--next" => a.sets.push(SetArgs::default()),
+        "--near-tie" => a.near_tie = Some(near_tie(&value(p, name)?)?),
+        "--json" => a.json = Some(value(p, name)?.into()),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Parses the arguments after the program's name (with `lexopt`: an
+/// option's value may follow it or be joined to it with `=`). An option
+/// this module does not know goes to `extra(option, value)`, where
+/// `value(name)` takes the option's value; `extra` returns `Ok(false)` for
+/// an option the command does not know either. Each set's strategies and
+/// draft limits are checked here (unless `--help` was given).
 ///
 /// # Errors
 ///
-/// A message naming the option for an unknown option, a missing value or a
-/// value out of range.
+/// A message naming the option for an unknown option, a missing value, a
+/// value out of range or a set selfspec rejects.
 ///
 /// ```
 /// use selfspec_conversations::cli::{parse, positive, Cost};
 ///
 /// let mut threads = None;
 /// let args = parse(
-///     ["--threads", "2", "--strategy", "recall", "--next", "--token-cost", "none"]
+///     ["--threads", "2", "--strategy", "recall", "--next", "--token-cost=none"]
 ///         .map(String::from)
 ///         .into_iter(),
 ///     |option, value| match option {
@@ -185,7 +238,7 @@ fn near_tie(v: &str) -> Result<f32, String> {
 /// assert_eq!(args.sets.len(), 2);
 /// assert_eq!(args.sets[1].cost, Cost::Off);
 /// ```
-pub fn parse<I, F>(mut it: I, mut extra: F) -> Result<CommonArgs, String>
+pub fn parse<I, F>(it: I, mut extra: F) -> Result<CommonArgs, String>
 where
     I: Iterator<Item = String>,
     F: FnMut(&str, &mut dyn FnMut(&str) -> Result<String, String>) -> Result<bool, String>,
@@ -199,41 +252,23 @@ where
         json: None,
         help: false,
     };
-    // After --conversations, the arguments up to the next option are files.
-    let mut files = false;
-    while let Some(arg) = it.next() {
-        if files && !arg.starts_with('-') {
-            a.conversations
-                .push(arg.parse().map_err(|e: Error| e.to_string())?);
-            continue;
-        }
-        files = arg == "--conversations";
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        let set = a.sets.last_mut().ok_or("no drafting set")?;
-        match arg.as_str() {
-            "-h" | "--help" => a.help = true,
-            "--gguf" => a.gguf = Some(value("--gguf")?.into()),
-            "--conversations" => {}
-            "--max-tokens" => a.max_tokens = positive("--max-tokens", &value("--max-tokens")?)?,
-            "--strategy" | "-s" => set.strategies.push(value("--strategy")?),
-            "--draft-max" => set.draft_max = Some(positive("--draft-max", &value("--draft-max")?)?),
-            "--draft-min" => {
-                let v = value("--draft-min")?;
-                let n = v.parse();
-                set.draft_min =
-                    Some(n.map_err(|_| format!("--draft-min: {v:?} is not an integer"))?);
+    let mut p = lexopt::Parser::from_args(it);
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        let name = match arg {
+            Arg::Short(c) => format!("-{c}"),
+            Arg::Long(l) => format!("--{l}"),
+            Arg::Value(v) => {
+                let v = v.to_string_lossy();
+                return Err(format!("unknown argument {v:?} (see --help)"));
             }
-            "--token-cost" => set.cost = cost(&value("--token-cost")?)?,
-            "--paced" => set.paced = true,
-            "--next" => a.sets.push(SetArgs::default()),
-            "--near-tie" => a.near_tie = Some(near_tie(&value("--near-tie")?)?),
-            "--json" => a.json = Some(value("--json")?.into()),
-            other => {
-                if !extra(other, &mut value)? {
-                    return Err(format!("unknown argument {other:?} (see --help)"));
-                }
-            }
+        };
+        if !common_option(&mut a, &name, &mut p)? && !extra(&name, &mut |n: &str| value(&mut p, n))?
+        {
+            return Err(format!("unknown argument {name:?} (see --help)"));
         }
+    }
+    for set in a.sets.iter().filter(|_| !a.help) {
+        crate::config(&set.strategies, set.draft_max, set.draft_min).map_err(|e| e.to_string())?;
     }
     Ok(a)
 }
@@ -291,12 +326,40 @@ mod tests {
             ("--near-tie -1", "--near-tie"),
             ("--near-tie NaN", "--near-tie"),
             ("--draft-min x", "--draft-min"),
-            ("--frobnicate", "unknown argument"),
+            ("--frobnicate", "unknown argument \"--frobnicate\""),
+            ("stray", "unknown argument \"stray\""),
+            (
+                "--conversations --json x",
+                "--conversations needs at least one FILE",
+            ),
+            ("--conversations a.jsonl:0", "a.jsonl:0"),
+            ("--help=yes", "--help"),
+            ("--strategy no-such", "no-such"),
+            ("--draft-max 4 --draft-min 5", "draft_min"),
+            ("--next --strategy ngram-simple:n=0", "ngram-simple"),
         ];
         for (line, want) in cases {
             let e = args(line).unwrap_err();
             assert!(e.contains(want), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn values_may_be_joined_and_files_end_at_the_next_option() {
+        let a = args(
+            "--max-tokens=7 -s ngram-mod --conversations a.jsonl b.jsonl --json=out.json --next",
+        )
+        .unwrap();
+        assert_eq!(a.max_tokens, 7);
+        assert_eq!(a.sets[0].strategies, ["ngram-mod"]);
+        assert_eq!(a.conversations.len(), 2);
+        assert_eq!(a.json, Some(PathBuf::from("out.json")));
+        assert_eq!(a.sets.len(), 2);
+        // A value that looks like an option is still the option's value.
+        let e = args("--near-tie --json").unwrap_err();
+        assert!(e.contains("\"--json\" is not a non-negative number"), "{e}");
+        let h = args("-h").unwrap();
+        assert!(h.help && h.conversations.is_empty() && h.sources().len() > 1);
     }
 
     #[test]
@@ -352,5 +415,9 @@ mod tests {
         .unwrap();
         assert_eq!(seen, ["--flag", "3"]);
         assert_eq!(a.max_tokens, 9);
+        let e = parse(["--level"].map(String::from).into_iter(), |o, value| {
+            value(o).map(|_| true)
+        });
+        assert_eq!(e.unwrap_err(), "--level needs a value");
     }
 }
