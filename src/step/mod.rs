@@ -72,6 +72,8 @@ use std::time::Duration;
 use crate::token::Token;
 use crate::{Error, Speculative};
 
+mod budget;
+mod build;
 mod measure;
 mod pass;
 mod reply;
@@ -81,6 +83,7 @@ mod sequence;
 mod target;
 mod verifying;
 
+pub use budget::PassTimes;
 pub use measure::{LogitNoise, MeasureError, PassCost, PassCurve, RowNoise};
 pub use reply::{Decode, Finished, Reply, Sampling, Stop, TokenEvent};
 pub use sampler::Sampler;
@@ -129,6 +132,8 @@ pub struct Stepper {
     finished: Vec<Finished>,
     work: verifying::Work,
     last_pass: Option<Pass>,
+    /// The draft budget, when on.
+    budget: Option<budget::Budget>,
 }
 
 impl Stepper {
@@ -171,6 +176,7 @@ impl Stepper {
             finished: Vec::new(),
             work: verifying::Work::default(),
             last_pass: None,
+            budget: None,
         })
     }
 
@@ -189,6 +195,26 @@ impl Stepper {
     pub fn with_prefill_chunk(mut self, rows: usize) -> Stepper {
         self.prefill_chunk = rows.clamp(1, self.shape.batch / 2);
         self
+    }
+
+    /// Sizes every step's drafts for the whole batch: of all the drafted
+    /// tokens (each with its estimated chance of acceptance: the drafter's
+    /// own, recall's, or the acceptance measured by position for the
+    /// others), the pass takes those that give the most expected tokens
+    /// per unit of pass time, and none when no draft pays. Pass times come
+    /// from `times`, which learns from every pass the stepper makes (start
+    /// with [`PassTimes::new`], or one seeded with a measured
+    /// [`PassCurve`]). Until a pass is timed, drafts go as proposed.
+    #[must_use]
+    pub fn with_budget(mut self, times: PassTimes) -> Stepper {
+        self.budget = Some(budget::Budget::new(times));
+        self
+    }
+
+    /// The pass-time model of the draft budget, when on.
+    #[must_use]
+    pub fn pass_times(&self) -> Option<&PassTimes> {
+        self.budget.as_ref().map(|b| &b.times)
     }
 
     /// The target's shape.

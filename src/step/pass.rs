@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::reply::{Finished, Stop, TokenEvent};
-use super::sequence::{Live, Phase, Sequence};
-use super::target::{Kept, Row, SeqId, Target};
+use super::sequence::Phase;
+use super::target::{Kept, SeqId, Target};
 use super::{Pass, StepError, Stepper};
 
 impl Stepper {
@@ -46,10 +46,14 @@ impl Stepper {
         }
         let t = Instant::now();
         target.forward(&self.batch).map_err(StepError::Target)?;
+        let took = target.pass_time().unwrap_or_else(|| t.elapsed());
+        if let Some(budget) = &mut self.budget {
+            budget.record(self.batch.len(), took);
+        }
         self.last_pass = Some(Pass {
             rows: self.batch.len(),
             sequences: self.seqs.iter().filter(|s| s.rows > 0).count(),
-            duration: t.elapsed(),
+            duration: took,
         });
         for s in 0..self.seqs.len() {
             self.outcome(target, s)?;
@@ -74,50 +78,6 @@ impl Stepper {
             }
         }
         Ok(())
-    }
-
-    /// Drafts and the batch: decoding sequences first (at most an equal
-    /// share of the batch each, after room for prompt chunks when a
-    /// sequence is joining), then prompt chunks in what is left.
-    fn build(&mut self) {
-        self.batch.clear();
-        let decoding = |l: &&mut Live| !l.done && l.phase != Phase::Prefill;
-        let n_decoding = self
-            .seqs
-            .iter_mut()
-            .filter_map(|s| s.live.as_mut())
-            .filter(decoding)
-            .count();
-        let joining = self.seqs.iter().any(|s| {
-            s.live
-                .as_ref()
-                .is_some_and(|l| !l.done && l.phase == Phase::Prefill)
-        });
-        let reserve = if joining { self.prefill_chunk } else { 0 };
-        let share = (self.shape.batch - reserve) / n_decoding.max(1);
-        for (i, s) in self.seqs.iter_mut().enumerate() {
-            if s.live
-                .as_ref()
-                .is_some_and(|l| !l.done && l.phase != Phase::Prefill)
-            {
-                decode_rows(&mut self.batch, SeqId::new(i), s, share, self.shape.context);
-            }
-        }
-        for (i, s) in self.seqs.iter_mut().enumerate() {
-            let left = self.shape.batch - self.batch.len();
-            if left > 0
-                && s.live
-                    .as_ref()
-                    .is_some_and(|l| !l.done && l.phase == Phase::Prefill)
-            {
-                prompt_rows(
-                    &mut self.batch,
-                    SeqId::new(i),
-                    s,
-                    left.min(self.prefill_chunk),
-                );
-            }
-        }
     }
 
     /// After the pass: sequence `s`'s first token (its prompt done) or its
@@ -177,6 +137,9 @@ impl Stepper {
                 live.reply.drafted += k;
                 live.reply.accepted += n;
                 if let Some(spec) = &mut live.spec {
+                    if let Some(budget) = &mut self.budget {
+                        budget.learn(spec, k, n);
+                    }
                     spec.accept(n);
                 }
                 live.phase = Phase::Decode { last: next };
@@ -270,76 +233,4 @@ impl Stepper {
             });
         }
     }
-}
-
-/// A decoding sequence's rows: tokens to evaluate again after a
-/// checkpoint restore (output not read), then `[last] + draft`.
-fn decode_rows(
-    batch: &mut super::Batch,
-    id: SeqId,
-    s: &mut Sequence,
-    share: usize,
-    context: usize,
-) {
-    let Some(live) = s.live.as_mut() else { return };
-    let Phase::Decode { last } = live.phase else {
-        return;
-    };
-    let pending = s.tokens.len() - s.cached.min(s.tokens.len());
-    live.draft.clear();
-    if pending + 1 > share {
-        return; // waits for a batch with room (only after a restore longer than a share)
-    }
-    let room = live.draft_room(s.tokens.len(), context, share - pending - 1);
-    if let Some(spec) = &mut live.spec {
-        // propose
-        let draft = spec.draft(&s.tokens, last);
-        live.draft
-            .extend_from_slice(&draft[..draft.len().min(room)]);
-    }
-    for (pos, &token) in s.tokens.iter().enumerate().skip(s.cached) {
-        batch.push(Row {
-            seq: id,
-            token,
-            pos,
-            output: false,
-        });
-    }
-    live.out_row = Some(batch.len());
-    let pos = s.tokens.len();
-    batch.push(Row {
-        seq: id,
-        token: last,
-        pos,
-        output: true,
-    });
-    for (i, &token) in live.draft.iter().enumerate() {
-        batch.push(Row {
-            seq: id,
-            token,
-            pos: pos + 1 + i,
-            output: true,
-        });
-    }
-    s.rows = pending + 1 + live.draft.len();
-}
-
-/// A joining sequence's next prompt chunk, at most `rows` rows; the
-/// prompt's last row is read (it chooses the first reply token).
-fn prompt_rows(batch: &mut super::Batch, id: SeqId, s: &mut Sequence, rows: usize) {
-    let Some(live) = s.live.as_mut() else { return };
-    let end = (s.cached + rows).min(s.tokens.len());
-    for pos in s.cached..end {
-        let last = pos + 1 == s.tokens.len();
-        if last {
-            live.out_row = Some(batch.len());
-        }
-        batch.push(Row {
-            seq: id,
-            token: s.tokens[pos],
-            pos,
-            output: last,
-        });
-    }
-    s.rows = end - s.cached;
 }

@@ -210,6 +210,14 @@ pub trait Target {
         Ok(Choice::of(self.logits(row)?))
     }
 
+    /// The time the last [`forward`](Target::forward) took, when the target
+    /// knows it better than a clock around the call (an engine that runs
+    /// passes asynchronously, or a simulated one charging each pass from a
+    /// cost curve). `None` by default: the stepper times the call.
+    fn pass_time(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Removes the positions `from..` of `seq`'s cache.
     ///
     /// # Errors

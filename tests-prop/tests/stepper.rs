@@ -9,7 +9,7 @@ mod mock;
 
 use mock::{plain_greedy, Mock};
 use proptest::prelude::*;
-use selfspec::step::{Decode, SeqId, Stepper, Stop};
+use selfspec::step::{Decode, PassTimes, SeqId, Stepper, Stop};
 use selfspec::{Config, DraftLimits, Drafter, Shared, Speculative, Token};
 
 const V: u32 = 12;
@@ -118,12 +118,17 @@ fn run(
     sequences: usize,
     batch: usize,
     checkpoints: bool,
+    cost: Option<(f64, f64)>,
 ) -> Vec<(usize, selfspec::step::Reply)> {
     let mut target = Mock::new(sequences, 256, VOCAB, batch);
     if checkpoints {
         target = target.with_checkpoints();
     }
+    target.cost = cost;
     let mut stepper = Stepper::new(&target).unwrap().with_prefill_chunk(7);
+    if cost.is_some() {
+        stepper = stepper.with_budget(PassTimes::new());
+    }
     let mut waiting: Vec<usize> = (0..jobs.len()).collect();
     let mut owner = vec![usize::MAX; sequences];
     let mut replies = Vec::new();
@@ -158,8 +163,10 @@ proptest! {
         plans in prop::collection::vec(plan(), 1..8),
         sequences in 1usize..4,
         checkpoints in any::<bool>(),
+        cost in prop::option::of((0.0f64..1000.0, 0.0f64..1000.0)),
     ) {
-        let replies = run(&jobs, &plans, sequences, 2 * sequences + 16, checkpoints);
+        // With a cost, the draft budget cuts drafts by the simulated pass times.
+        let replies = run(&jobs, &plans, sequences, 2 * sequences + 16, checkpoints, cost);
         prop_assert_eq!(replies.len(), jobs.len());
         for (j, reply) in replies {
             let job = &jobs[j];
@@ -174,7 +181,7 @@ proptest! {
     #[test]
     fn right_drafts_save_passes(prompt in prop::collection::vec(0..V, 1..20), len in 2usize..9) {
         let jobs = [Job { prompt, max_tokens: 40, join_at: 0, drafts: true }];
-        let replies = run(&jobs, &[Plan::Right(len)], 1, 64, false);
+        let replies = run(&jobs, &[Plan::Right(len)], 1, 64, false, None);
         let reply = &replies[0].1;
         // Each pass yields the accepted draft and one more token.
         prop_assert!(reply.decode_passes <= 39usize.div_ceil(len + 1), "{} passes", reply.decode_passes);
@@ -221,5 +228,39 @@ fn shared_recall_through_the_stepper_is_plain_greedy() {
     );
     for i in 0..4 {
         assert!(stepper.cached(SeqId::new(i)).len() <= 30 + 119);
+    }
+}
+
+#[test]
+fn the_budget_sends_drafts_only_where_they_pay() {
+    // (fixed us, per-row us, plan, expect drafts sent, expect fewer passes than plain)
+    let cases: &[(f64, f64, Plan, bool)] = &[
+        // Rows nearly free: right drafts go in whole.
+        (1000.0, 1.0, Plan::Right(8), true),
+        // A row costs as much as a pass: no draft pays.
+        (0.0, 1000.0, Plan::Right(8), false),
+        // Cheap rows but drafts always wrong: the measured acceptance stops them.
+        (1000.0, 100.0, Plan::Noise { len: 6, noise: 1 }, false),
+    ];
+    for &(fixed, per_row, plan, pays) in cases {
+        let jobs: Vec<Job> = (0..6)
+            .map(|i| Job {
+                prompt: vec![i, 3, 5],
+                max_tokens: 150,
+                join_at: 0,
+                drafts: true,
+            })
+            .collect();
+        let replies = run(&jobs, &[plan], 2, 64, false, Some((fixed, per_row)));
+        let (drafted, tokens, passes) = replies.iter().fold((0, 0, 0), |(d, t, p), (_, r)| {
+            (d + r.drafted, t + r.tokens.len(), p + r.decode_passes + 1)
+        });
+        let sent_per_pass = drafted as f64 / passes as f64;
+        assert_eq!(
+            sent_per_pass > 1.0,
+            pays,
+            "{fixed} + {per_row}/row, {plan:?}: {sent_per_pass} drafted a pass"
+        );
+        assert_eq!(tokens as f64 / passes as f64 > 2.0, pays, "{plan:?}");
     }
 }

@@ -59,6 +59,9 @@ pub struct Mock {
     pub fail_at: Option<usize>,
     /// Rows evaluated, in all passes.
     pub rows_evaluated: usize,
+    /// Simulated pass times: `fixed + per_row * rows` microseconds.
+    pub cost: Option<(f64, f64)>,
+    last_rows: usize,
 }
 
 impl Mock {
@@ -76,6 +79,8 @@ impl Mock {
             passes: 0,
             fail_at: None,
             rows_evaluated: 0,
+            cost: None,
+            last_rows: 0,
         }
     }
 
@@ -125,11 +130,19 @@ impl Target for Mock {
             });
         }
         self.rows_evaluated += batch.len();
+        self.last_rows = batch.len();
         Ok(())
     }
 
     fn logits(&mut self, row: usize) -> Result<&[f32], MockError> {
         Ok(&self.rows[row])
+    }
+
+    fn pass_time(&self) -> Option<std::time::Duration> {
+        let (fixed, per_row) = self.cost?;
+        Some(std::time::Duration::from_secs_f64(
+            (fixed + per_row * self.last_rows as f64) * 1e-6,
+        ))
     }
 
     fn truncate(&mut self, seq: SeqId, from: usize) -> Result<Kept, MockError> {

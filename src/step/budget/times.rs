@@ -1,0 +1,235 @@
+//! [`PassTimes`]: what a pass of `r` rows costs, learned from the engine's
+//! own passes as it runs.
+
+use std::time::Duration;
+
+use super::super::measure::PassCurve;
+use crate::int::{float, small};
+
+/// Rows of the grid points: every size up to 16 (the first drafted tokens
+/// cost the most, and small passes are the common ones), then steps of at
+/// most a quarter of the size.
+const GRID: &[u32] = &[
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
+    112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048,
+    2560, 3072, 3584, 4096,
+];
+
+/// Passes a grid point averages over before it becomes a moving average:
+/// its estimate follows a change in the engine (load, cache length, threads)
+/// within about this many passes of its size.
+const MEMORY: f64 = 16.0;
+
+/// The weight of a seeded point: a few of the engine's own passes outweigh it.
+const SEED_WEIGHT: f64 = 2.0;
+
+/// Extra time per row assumed beyond the largest size measured, relative to
+/// that size's time per row of its base, while only one size is known: an
+/// optimistic guess, so that a longer pass is tried once and measured.
+const PRIOR_ROW_COST: f64 = 0.05;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Point {
+    /// Mean rows of the passes recorded here (sizes near the grid point's).
+    rows: f64,
+    /// Mean seconds of the passes recorded here.
+    secs: f64,
+    /// Passes recorded (capped at [`MEMORY`]).
+    weight: f64,
+}
+
+/// A pass-time model learned online: each pass's rows and duration update
+/// the grid point nearest its size (its mean rows and mean time) (a running mean, then a moving average
+/// over about 16 passes, so it follows changes in load, cache length and
+/// threads); the time of any size is read from the measured points,
+/// non-decreasing in rows, linear between them. A measured [`PassCurve`]
+/// may seed it; none is needed.
+///
+/// ```
+/// use selfspec::step::PassTimes;
+/// use std::time::Duration;
+///
+/// let mut times = PassTimes::new();
+/// assert_eq!(times.time(4), None); // nothing measured yet
+/// times.record(1, Duration::from_millis(10));
+/// times.record(17, Duration::from_millis(26));
+/// assert_eq!(times.time(9), Some(Duration::from_millis(18)));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassTimes {
+    points: Vec<Point>,
+}
+
+impl Default for PassTimes {
+    fn default() -> Self {
+        PassTimes::new()
+    }
+}
+
+impl PassTimes {
+    /// A model with nothing measured.
+    #[must_use]
+    pub fn new() -> PassTimes {
+        PassTimes {
+            points: vec![Point::default(); GRID.len()],
+        }
+    }
+
+    /// A model seeded with `curve`'s points (each worth two of the
+    /// engine's own passes).
+    #[must_use]
+    pub fn seeded(curve: &PassCurve) -> PassTimes {
+        let mut times = PassTimes::new();
+        for p in curve.points() {
+            let point = &mut times.points[nearest(p.rows)];
+            point.rows = float(p.rows);
+            point.secs = p.median.as_secs_f64();
+            point.weight = SEED_WEIGHT;
+        }
+        times
+    }
+
+    /// Records a pass of `rows` rows that took `took`.
+    pub fn record(&mut self, rows: usize, took: Duration) {
+        if rows == 0 {
+            return;
+        }
+        let p = &mut self.points[nearest(rows)];
+        p.weight = (p.weight + 1.0).min(MEMORY);
+        p.rows += (float(rows) - p.rows) / p.weight;
+        p.secs += (took.as_secs_f64() - p.secs) / p.weight;
+    }
+
+    /// The estimated time of a pass of `rows` rows; `None` until a pass
+    /// has been recorded.
+    #[must_use]
+    pub fn time(&self, rows: usize) -> Option<Duration> {
+        self.secs(rows)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    }
+
+    /// [`time`](PassTimes::time) in seconds. Measured points are read
+    /// through their running maximum (a larger pass never costs less);
+    /// between two, the line through them; beyond the measured range, the
+    /// line through the two nearest; with one point, [`PRIOR_ROW_COST`] of
+    /// its time per row of its size, either way.
+    pub(crate) fn secs(&self, rows: usize) -> Option<f64> {
+        let rows = float(rows.max(1));
+        // The measured points, read through their running maximum.
+        let mut running = 0.0f64;
+        let mut measured = self.points.iter().filter(|p| p.weight > 0.0).map(|p| {
+            running = running.max(p.secs);
+            (p.rows, running)
+        });
+        let first = measured.next()?;
+        let (mut a, mut b) = (first, None);
+        for at in measured {
+            if b.is_some_and(|(r, _)| r >= rows) {
+                break;
+            }
+            if let Some(prev) = b {
+                a = prev;
+            }
+            b = Some(at);
+        }
+        Some(match b {
+            // The line through the two measured points around `rows` (or
+            // the two nearest, beyond the measured range), not below the
+            // smallest measured time's share.
+            Some((r1, t1)) if r1 > a.0 => {
+                let t = a.1 + (t1 - a.1) * (rows - a.0) / (r1 - a.0);
+                t.max(a.1.min(t1) * rows / r1.max(rows)).max(0.0)
+            }
+            _ => first.1 * (1.0 + PRIOR_ROW_COST * (rows - first.0) / first.0).max(0.0),
+        })
+    }
+}
+
+/// The grid point nearest `rows` (ties to the smaller).
+fn nearest(rows: usize) -> usize {
+    let r = small(rows);
+    let i = GRID.partition_point(|&g| g < r);
+    match (i.checked_sub(1), GRID.get(i)) {
+        (_, Some(&g)) if g == r => i,
+        (Some(lo), Some(&hi)) => {
+            if r - GRID[lo] <= hi - r {
+                lo
+            } else {
+                i
+            }
+        }
+        (Some(lo), None) => lo,
+        (None, _) => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    #[test]
+    fn reads_as_a_table() {
+        let mut t = PassTimes::new();
+        t.record(1, ms(10));
+        t.record(2, ms(16));
+        t.record(16, ms(40));
+        // (rows, expected ms)
+        let cases = [
+            (1, 10.0),
+            (2, 16.0),
+            (9, 28.0),
+            (16, 40.0),
+            (30, 40.0 + 24.0 / 14.0 * 14.0),
+        ];
+        for (rows, want) in cases {
+            let got = t.secs(rows).unwrap() * 1000.0;
+            assert!(
+                (got - want).abs() < 1e-6,
+                "{rows} rows: {got} ms, want {want}"
+            );
+        }
+        // A point measured faster than a smaller one reads as the smaller.
+        t.record(8, ms(5));
+        assert!((t.secs(8).unwrap() - 0.016).abs() < 1e-9);
+    }
+
+    #[test]
+    fn follows_a_change_and_extrapolates_with_one_point() {
+        let mut t = PassTimes::new();
+        assert_eq!(t.secs(3), None);
+        t.record(4, ms(20));
+        let one = t.secs(8).unwrap();
+        assert!((one - 0.020 * (1.0 + PRIOR_ROW_COST)).abs() < 1e-9, "{one}");
+        let below = t.secs(1).unwrap();
+        assert!(
+            (below - 0.020 * (1.0 - 0.75 * PRIOR_ROW_COST)).abs() < 1e-9,
+            "{below}"
+        );
+        for _ in 0..200 {
+            t.record(4, ms(40));
+        }
+        assert!(
+            (t.secs(4).unwrap() - 0.040).abs() < 1e-4,
+            "moved to the new time"
+        );
+    }
+
+    #[test]
+    fn nearest_grid_points() {
+        for (rows, want) in [
+            (0, 1),
+            (1, 1),
+            (16, 16),
+            (17, 16),
+            (18, 16),
+            (19, 20),
+            (5000, 4096),
+        ] {
+            assert_eq!(GRID[nearest(rows)], want, "{rows}");
+        }
+    }
+}
