@@ -65,7 +65,8 @@ impl CommonArgs {
     ///
     /// # Errors
     ///
-    /// `measure`'s, and [`Error::Config`] for a set selfspec rejects.
+    /// `measure`'s, and selfspec's for a set it rejects (sets are checked
+    /// when parsed: only those changed since can fail).
     ///
     /// ```
     /// use selfspec_conversations::cli::parse;
@@ -77,12 +78,12 @@ impl CommonArgs {
     ///     |_, _| Ok(false),
     /// )
     /// .unwrap();
-    /// let sets = args.draft_sets(|| Ok::<f64, selfspec_conversations::Error>(0.25))?;
+    /// let sets = args.draft_sets(|| Ok::<f64, selfspec::Error>(0.25))?;
     /// let labels: Vec<String> = sets.iter().map(|s| s.label()).collect();
     /// assert_eq!(labels, ["recall (token cost 0.250)", "recall (token cost 0.500, paced)", "recall"]);
-    /// # Ok::<(), selfspec_conversations::Error>(())
+    /// # Ok::<(), selfspec::Error>(())
     /// ```
-    pub fn draft_sets<E: From<Error>>(
+    pub fn draft_sets<E: From<selfspec::Error>>(
         &self,
         measure: impl FnOnce() -> Result<f64, E>,
     ) -> Result<Vec<DraftSet>, E> {
@@ -268,7 +269,8 @@ where
         }
     }
     for set in a.sets.iter().filter(|_| !a.help) {
-        crate::config(&set.strategies, set.draft_max, set.draft_min).map_err(|e| e.to_string())?;
+        crate::config::chain_config(&set.strategies, set.draft_max, set.draft_min)
+            .map_err(|e| e.to_string())?;
     }
     Ok(a)
 }
@@ -370,7 +372,7 @@ mod tests {
         let sets = a
             .draft_sets(|| {
                 calls += 1;
-                Ok::<f64, Error>(0.125)
+                Ok::<f64, selfspec::Error>(0.125)
             })
             .unwrap();
         assert_eq!(calls, 1);
@@ -378,12 +380,13 @@ mod tests {
         assert_eq!(costs, [Some(0.125), None, Some(0.5), Some(0.125)]);
         assert!(sets[2].paced() && !sets[3].paced());
         let fixed = args("--token-cost none --next --token-cost 0.1").unwrap();
-        let sets = fixed.draft_sets(|| -> Result<f64, Error> { panic!("measured") });
+        let sets = fixed.draft_sets(|| -> Result<f64, selfspec::Error> { panic!("measured") });
         assert_eq!(sets.unwrap().len(), 2);
         let failed = args("")
             .unwrap()
             .draft_sets(|| Err(Error::Source("no model".into())));
-        assert!(failed.unwrap_err().to_string().contains("no model"));
+        let e = failed.unwrap_err().to_string();
+        assert!(e.contains("no model"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,15 @@ pub fn config(
     draft_max: Option<usize>,
     draft_min: Option<usize>,
 ) -> Result<Config, Error> {
+    Ok(chain_config(strategies, draft_max, draft_min)?)
+}
+
+/// [`config`], with selfspec's error.
+pub(crate) fn chain_config(
+    strategies: &[String],
+    draft_max: Option<usize>,
+    draft_min: Option<usize>,
+) -> Result<Config, selfspec::Error> {
     let mut config = if strategies.is_empty() {
         Config::recommended()
     } else {

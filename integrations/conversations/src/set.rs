@@ -4,7 +4,10 @@
 
 use selfspec::{Config, Shared, Speculative};
 
-use crate::{config, strategy_label, Error};
+use selfspec::Error;
+
+use crate::config::chain_config;
+use crate::strategy_label;
 
 /// A set's `--token-cost`.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -55,7 +58,7 @@ impl Cost {
 /// let spec = set.speculative()?; // one request's drafter
 /// # drop(spec);
 /// assert!(DraftSet::new(&[], None, None)?.with_token_cost(Some(1.5)).is_err());
-/// # Ok::<(), selfspec_conversations::Error>(())
+/// # Ok::<(), selfspec::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct DraftSet {
@@ -75,7 +78,7 @@ impl DraftSet {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an unknown strategy, a bad parameter or limits
+    /// selfspec's error for an unknown strategy, a bad parameter or limits
     /// the configuration rejects.
     pub fn new(
         strategies: &[String],
@@ -84,7 +87,7 @@ impl DraftSet {
     ) -> Result<DraftSet, Error> {
         let mut set = DraftSet::from_config(
             strategy_label(strategies),
-            config(strategies, draft_max, draft_min)?,
+            chain_config(strategies, draft_max, draft_min)?,
         )?;
         set.limits = draft_max.is_some() || draft_min.is_some();
         Ok(set)
@@ -95,7 +98,7 @@ impl DraftSet {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a configuration selfspec rejects.
+    /// selfspec's error for a configuration it rejects.
     pub fn from_config(name: impl Into<String>, config: Config) -> Result<DraftSet, Error> {
         let shared = Shared::new(&config)?;
         Ok(DraftSet {
@@ -113,10 +116,10 @@ impl DraftSet {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for a cost outside `[0, 1)`.
+    /// [`Error::TokenCost`] for a cost outside `[0, 1)`.
     pub fn with_token_cost(mut self, cost: Option<f64>) -> Result<DraftSet, Error> {
         if let Some(c) = cost.filter(|c| !(0.0..1.0).contains(c)) {
-            return Err(selfspec::Error::TokenCost { cost: c }.into());
+            return Err(Error::TokenCost { cost: c });
         }
         self.token_cost = cost;
         Ok(self)
@@ -181,7 +184,7 @@ impl DraftSet {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] when selfspec cannot build it.
+    /// selfspec's error when it cannot build it.
     pub fn speculative(&self) -> Result<Speculative, Error> {
         let mut spec = Speculative::with_shared(&self.config, &self.shared)?;
         if let Some(cost) = self.token_cost {
