@@ -445,7 +445,7 @@ fn bench_replay(c: &mut Criterion) {
             group.bench_function(format!("{name}/{kind}"), |b| {
                 b.iter_batched_ref(
                     || Speculative::new(config).unwrap(),
-                    |spec| black_box(replay(spec, sessions).accepted),
+                    |spec| black_box(replay(spec, sessions).unwrap().accepted),
                     BatchSize::LargeInput,
                 )
             });
@@ -479,7 +479,9 @@ fn bench_threads(c: &mut Criterion) {
                     for _ in 0..threads {
                         let mut spec = Speculative::with_shared(&config, &shared).unwrap();
                         let sessions = &sessions;
-                        scope.spawn(move || black_box(replay(&mut spec, sessions).accepted));
+                        scope.spawn(move || {
+                            black_box(replay(&mut spec, sessions).unwrap().accepted)
+                        });
                     }
                 })
             })

@@ -1,9 +1,9 @@
 //! The concurrent engine: slots decoded in rounds on one `Shared`
 //! (`docs/replay.md` in the repository, "Concurrent engine").
 
-use selfspec::{Config, DrafterStats, Error, Shared, Speculative, Token};
+use selfspec::{Config, DrafterStats, Error, Shared, Speculative};
 
-use crate::{ReplayReport, Session};
+use crate::{ReplayReport, Session, Slot};
 
 /// How the replayed engine runs its drafters (`docs/replay.md`, "Concurrent
 /// engine"): `slots` sequences decoded at once, one step each per round
@@ -76,17 +76,17 @@ impl std::fmt::Display for Engine {
     }
 }
 
-/// One engine slot's request in flight.
-struct Slot {
-    spec: Option<Speculative>,
+/// One engine slot: a [`Slot`] of its own stepper, and the request it
+/// decodes.
+struct Lane<'a> {
+    slot: Slot<'a>,
     session: usize,
     /// Its session's index in the report's `kinds`.
     kind: usize,
     request: usize,
-    history: Vec<Token>,
-    /// Index in the output of the last sampled token.
-    i: usize,
     busy: bool,
+    /// The slot's drafter before its first request (unless fresh).
+    spec: Option<Speculative>,
 }
 
 /// The replayed engine: its slots, the figures, the drafters' statistics.
@@ -99,11 +99,7 @@ struct EngineReplay<'a> {
     totals: Vec<DrafterStats>,
 }
 
-impl EngineReplay<'_> {
-    fn new_spec(&self) -> Result<Speculative, Error> {
-        Speculative::with_shared(self.config, self.shared)
-    }
-
+impl<'a> EngineReplay<'a> {
     /// Adds a finished drafter's statistics to the totals.
     fn add_stats(&mut self, spec: &Speculative) {
         if self.totals.is_empty() {
@@ -118,66 +114,45 @@ impl EngineReplay<'_> {
         }
     }
 
-    /// Starts request `r` of session `s` on `slot` (a new drafter if fresh).
-    fn start(&mut self, slot: &mut Slot, s: usize, r: usize) -> Result<(), Error> {
-        if self.engine.scoped {
+    /// Starts request `r` of session `s` on `lane` (a new drafter if
+    /// fresh, else the slot's): its prefill, `begin(prompt)`.
+    fn start(&mut self, lane: &mut Lane<'a>, s: usize, r: usize) -> Result<(), Error> {
+        let spec = if self.engine.scoped {
             let scope = self.shared.scope(&format!("session-{s}"));
-            slot.spec = Some(Speculative::with_shared(self.config, &scope)?);
+            Some(Speculative::with_shared(self.config, &scope)?)
         } else if self.engine.fresh {
-            slot.spec = Some(self.new_spec()?);
-        }
-        let request = &self.sessions[s].requests[r];
-        self.report.requests += 1;
-        self.report.tokens += request.output.len() as u64;
-        slot.kind = self.report.kind(&self.sessions[s].kind);
-        self.report.kinds[slot.kind].tokens += request.output.len() as u64;
-        slot.session = s;
-        slot.request = r;
-        slot.i = 0;
-        slot.busy = true;
-        slot.history.clear();
-        slot.history.extend_from_slice(&request.prompt);
-        if let Some(spec) = &mut slot.spec {
-            spec.begin(&slot.history);
-        }
-        Ok(())
+            Some(Speculative::with_shared(self.config, self.shared)?)
+        } else {
+            lane.spec.take() // then the slot's, request after request
+        };
+        let session = &self.sessions[s];
+        let request = &session.requests[r];
+        lane.kind = self
+            .report
+            .count_request(&session.kind, request.output.len());
+        lane.session = s;
+        lane.request = r;
+        lane.busy = true;
+        lane.slot.start(request, spec)
     }
 
-    /// One step of `slot`'s request (a draft, its verification), then the
+    /// One step of `lane`'s request (a draft, its verification), then the
     /// next request of its session or a free slot when it is done.
-    fn step(&mut self, slot: &mut Slot) -> Result<(), Error> {
-        let sessions = self.sessions;
-        let output = &sessions[slot.session].requests[slot.request].output;
-        if let (true, Some(spec)) = (slot.i < output.len(), &mut slot.spec) {
-            let last = output[slot.i];
-            let draft = spec.draft(&slot.history, last);
-            let truth = &output[slot.i + 1..];
-            let n_accepted = draft.iter().zip(truth).take_while(|(d, o)| d == o).count();
-            if !draft.is_empty() {
-                self.report.drafts += 1;
-                self.report.drafted += draft.len() as u64;
-                self.report.accepted += n_accepted as u64;
-            }
-            let drafted = draft.len();
-            slot.history
-                .extend_from_slice(&output[slot.i..=slot.i + n_accepted]);
-            self.report.count_step(slot.kind, drafted, n_accepted);
-            spec.accept(n_accepted);
-            slot.i += n_accepted + 1;
-            self.report.steps += 1;
+    fn step(&mut self, lane: &mut Lane<'a>) -> Result<(), Error> {
+        if let Some(v) = lane.slot.step()? {
+            self.report.count_step(lane.kind, v.draft.len(), v.accepted);
         }
-        if slot.i >= output.len() {
+        if !lane.slot.is_running() {
             if self.engine.fresh {
-                if let Some(mut spec) = slot.spec.take() {
-                    spec.end_request();
+                if let Some(spec) = lane.slot.take_spec() {
                     self.add_stats(&spec);
                 }
             }
-            let (s, r) = (slot.session, slot.request + 1);
-            if r < sessions[s].requests.len() {
-                self.start(slot, s, r)?;
+            let (s, r) = (lane.session, lane.request + 1);
+            if r < self.sessions[s].requests.len() {
+                self.start(lane, s, r)?;
             } else {
-                slot.busy = false;
+                lane.busy = false;
             }
         }
         Ok(())
@@ -185,8 +160,11 @@ impl EngineReplay<'_> {
 }
 
 /// Replays `sessions` on an engine of `engine.slots` slots sharing `shared`
-/// (the protocol of `docs/replay.md`, "Concurrent engine"). Figures are summed
-/// over all slots; `Engine::SEQUENTIAL` is exactly [`replay`](crate::replay()).
+/// (the protocol of `docs/replay.md`, "Concurrent engine"), each slot a
+/// [`Slot`] of its own: in a round, each slot in turn takes one step, then
+/// starts its next request if it is done. Every request's end calls its
+/// drafter's `end_request` (the stepper does). Figures are summed over all
+/// slots; `Engine::SEQUENTIAL` is exactly [`replay`](crate::replay()).
 ///
 /// ```
 /// use selfspec::{Config, Shared};
@@ -206,7 +184,8 @@ impl EngineReplay<'_> {
 ///
 /// # Errors
 ///
-/// An invalid `config` ([`Config::validate`]).
+/// An invalid `config` ([`Config::validate`]); [`Error::TokenOutOfRange`]
+/// for a token id not below [`STOP`](crate::STOP).
 pub fn replay_engine(
     config: &Config,
     shared: &Shared,
@@ -225,19 +204,19 @@ pub fn replay_engine(
         },
         totals: Vec::new(),
     };
-    let mut slots: Vec<Slot> = Vec::with_capacity(engine.slots.max(1));
+    let mut lanes: Vec<Lane> = Vec::with_capacity(engine.slots.max(1));
     for _ in 0..engine.slots.max(1) {
-        slots.push(Slot {
-            spec: if engine.fresh {
-                None
-            } else {
-                Some(run.new_spec()?)
-            },
+        let spec = if engine.fresh {
+            None
+        } else {
+            Some(Speculative::with_shared(config, shared)?)
+        };
+        lanes.push(Lane {
+            slot: Slot::new()?,
+            spec,
             session: 0,
             kind: 0,
             request: 0,
-            history: Vec::new(),
-            i: 0,
             busy: false,
         });
     }
@@ -245,24 +224,24 @@ pub fn replay_engine(
     loop {
         // One round: one batched forward pass of the engine.
         let mut busy = false;
-        for slot in &mut slots {
-            while !slot.busy && next < sessions.len() {
+        for lane in &mut lanes {
+            while !lane.busy && next < sessions.len() {
                 if !sessions[next].requests.is_empty() {
-                    run.start(slot, next, 0)?;
+                    run.start(lane, next, 0)?;
                 }
                 next += 1;
             }
-            if slot.busy {
+            if lane.busy {
                 busy = true;
-                run.step(slot)?;
+                run.step(lane)?;
             }
         }
         if !busy && next >= sessions.len() {
             break;
         }
     }
-    for slot in slots {
-        if let Some(spec) = slot.spec {
+    for mut lane in lanes {
+        if let Some(spec) = lane.spec.or_else(|| lane.slot.take_spec()) {
             run.add_stats(&spec);
         }
     }

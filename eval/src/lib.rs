@@ -5,11 +5,14 @@
 //! `replicas`). Engines do not need it: it is a workspace member, never
 //! published, and the library does not depend on it.
 //!
-//! For each request: `begin(prompt)`, then per step `draft(history, last)`,
-//! verification against the recorded output (the accepted prefix is the longest
-//! common prefix of draft and actual continuation), `accept(a)`, and the history
-//! grows by `last` plus the accepted tokens. One step is one target forward pass,
-//! so `tau = generated tokens / steps` is the speed-up in forward passes.
+//! Each request is decoded by selfspec's [`Stepper`](selfspec::step::Stepper)
+//! against a target that "generates" the recorded output ([`Slot`]): its
+//! prompt is prefilled (`begin(prompt)`), then each step drafts
+//! (`draft(history, last)`), verifies greedily (the accepted prefix is the
+//! longest common prefix of draft and recorded continuation), `accept(a)`s,
+//! and the history grows by `last` plus the accepted tokens. One step is one
+//! target forward pass, so `tau = generated tokens / steps` is the speed-up
+//! in forward passes.
 //!
 //! ```
 //! use selfspec::{Config, Speculative};
@@ -18,7 +21,7 @@
 //! let text: Vec<u32> = (0..400).map(|i| (i * 7 % 50) as u32).collect();
 //! let session = Session::new("demo", "synthetic", vec![Request::new(text[..200].to_vec(), text[200..].to_vec())]);
 //! let mut spec = Speculative::new(&Config::default())?;
-//! let report = replay(&mut spec, &[session]);
+//! let report = replay(&mut spec, &[session])?;
 //! assert_eq!(report.tokens, 200);
 //! assert!(report.tau() > 5.0);
 //! # Ok::<(), selfspec::Error>(())
@@ -30,11 +33,13 @@ pub mod cli;
 mod engine;
 mod replay;
 mod report;
+mod target;
 mod workload;
 
 pub use engine::{replay_engine, Engine};
 pub use replay::{replay, replay_observed, Step};
 pub use report::{KindFigures, ReplayReport};
+pub use target::{Slot, Verified, STOP};
 pub use workload::{
     parse_workload, read_workload, Request, Session, WorkloadError, WorkloadProblem,
 };

@@ -72,10 +72,10 @@ impl KindFigures {
 }
 
 impl ReplayReport {
-    /// The index in `kinds` of `kind` (added on first use), looked up once
-    /// per request.
-    pub(crate) fn kind(&mut self, kind: &str) -> usize {
-        match self.kinds.iter().position(|k| k.kind == kind) {
+    /// Counts a request of a session of kind `kind` that generated
+    /// `tokens`; the kind's index in `kinds` (added on first use).
+    pub(crate) fn count_request(&mut self, kind: &str, tokens: usize) -> usize {
+        let k = match self.kinds.iter().position(|k| k.kind == kind) {
             Some(i) => i,
             None => {
                 self.kinds.push(KindFigures {
@@ -84,13 +84,23 @@ impl ReplayReport {
                 });
                 self.kinds.len() - 1
             }
-        }
+        };
+        self.requests += 1;
+        self.tokens += tokens as u64;
+        self.kinds[k].tokens += tokens as u64;
+        k
     }
 
-    /// Counts one step of a session of kind `k` (an index from
-    /// [`kind`](ReplayReport::kind)): `drafted` tokens offered, `accepted`
-    /// kept.
+    /// Counts one step (a forward pass) of a session of kind `k` (an index
+    /// from [`count_request`](ReplayReport::count_request)): `drafted`
+    /// tokens offered, `accepted` kept.
     pub(crate) fn count_step(&mut self, k: usize, drafted: usize, accepted: usize) {
+        self.steps += 1;
+        if drafted > 0 {
+            self.drafts += 1;
+            self.drafted += drafted as u64;
+            self.accepted += accepted as u64;
+        }
         let k = &mut self.kinds[k];
         k.steps += 1;
         k.drafted += drafted as u64;

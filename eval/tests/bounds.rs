@@ -52,7 +52,7 @@ fn ten_thousand_unrelated_sessions_stay_bounded() {
 
     // Through one Speculative: memory stays within the documented budget.
     let mut spec = Speculative::new(&all_four()).unwrap();
-    let report = replay(&mut spec, &sessions);
+    let report = replay(&mut spec, &sessions).unwrap();
     assert!(report.accepted > 10_000, "the workload drafts: {report:?}");
     let budget = 2 * (KEY_MAP_SIZE * 4) + 2 * 128 * longest + 32 * longest + (256 << 10);
     assert!(

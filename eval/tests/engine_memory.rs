@@ -231,7 +231,7 @@ fn a_quarter_budget_still_drafts_from_recent_requests() -> Result<(), Error> {
     let mut alone = 0.0;
     for s in &sessions {
         let mut spec = Speculative::new(&config)?;
-        alone += selfspec_eval::replay(&mut spec, std::slice::from_ref(s)).steps as f64;
+        alone += selfspec_eval::replay(&mut spec, std::slice::from_ref(s))?.steps as f64;
     }
     let alone = full.tokens as f64 / alone;
     println!(

@@ -147,7 +147,8 @@ fn check_line(line: Line, dir: &Path) -> Result<(), String> {
                 n_acc: step.n_accepted,
             });
         }
-    });
+    })
+    .map_err(|e| format!("{case}: {e}"))?;
     let exp = &line.expected;
     let want: Vec<Seen> = exp
         .drafts

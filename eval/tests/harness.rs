@@ -1,13 +1,15 @@
 //! The harness itself: workload errors name the file and the line, the
 //! replay protocol keeps the history contract and reports only its own
-//! counts, its report's durations are seconds.
+//! counts, a slot's steps are the protocol's, its report's durations are
+//! seconds.
 
 use std::error::Error as _;
 use std::time::Duration;
 
-use selfspec::{Config, Speculative, Token};
+use selfspec::{Config, Error, Speculative, Strategy, Token};
 use selfspec_eval::{
-    parse_workload, read_workload, replay, ReplayReport, Request, Session, WorkloadProblem,
+    parse_workload, read_workload, replay, ReplayReport, Request, Session, Slot, WorkloadProblem,
+    STOP,
 };
 
 #[test]
@@ -78,7 +80,7 @@ fn replay_keeps_the_contract() {
     ] {
         let sessions = selfspec_eval::parse_workload(name, text).unwrap();
         let mut spec = Speculative::new(&Config::llama_cpp_chain()).unwrap();
-        let report = selfspec_eval::replay(&mut spec, &sessions);
+        let report = selfspec_eval::replay(&mut spec, &sessions).unwrap();
         assert!(report.accepted > 0, "{name}");
         assert_eq!(spec.misuse_count(), 0, "{name}");
     }
@@ -93,8 +95,8 @@ fn replay_reports_only_its_own_counts() {
         vec![Request::new(text[..200].to_vec(), text[200..].to_vec())],
     )];
     let mut spec = Speculative::new(&Config::default()).unwrap();
-    let first = replay(&mut spec, &sessions);
-    let second = replay(&mut spec, &sessions);
+    let first = replay(&mut spec, &sessions).unwrap();
+    let second = replay(&mut spec, &sessions).unwrap();
     let total = &spec.stats()[0];
     assert_eq!(
         first.stats[0].calls_draft + second.stats[0].calls_draft,
@@ -103,6 +105,60 @@ fn replay_reports_only_its_own_counts() {
     assert_eq!(second.stats[0].calls_begin, 1);
     assert_eq!(second.stats[0].acc_tokens, second.accepted);
     assert_eq!(second.stats[0].gen_tokens, second.drafted);
+}
+
+/// A slot's steps, as (index of `last`, draft, accepted).
+fn steps(slot: &mut Slot<'_>) -> Vec<(usize, Vec<Token>, usize)> {
+    let mut steps = Vec::new();
+    while let Some(v) = slot.step().unwrap() {
+        steps.push((v.index, v.draft.clone(), v.accepted));
+    }
+    steps
+}
+
+#[test]
+fn a_slot_steps_through_the_recorded_output() {
+    // ngram-simple n=2, m=3: after `last`, the 3 tokens that followed the
+    // last earlier occurrence of the 2-gram ending with `last`.
+    let config = Config::new([Strategy::NgramSimple { n: 2, m: 3 }]);
+    let spec = Speculative::new(&config).unwrap();
+    let request = Request::new(vec![1, 2, 3, 4, 5, 9, 1, 2], vec![3, 4, 5, 6, 7]);
+    let mut slot = Slot::new().unwrap();
+    slot.start(&request, Some(spec)).unwrap();
+    assert!(slot.is_running());
+    // [2] 3 drafts 4 5 9: 4 and 5 kept, 6 chosen; then 6 and 7, new, draft
+    // nothing; the end is known after 7.
+    let want = vec![(0, vec![4, 5, 9], 2), (3, vec![], 0), (4, vec![], 0)];
+    assert_eq!(steps(&mut slot), want);
+    assert!(!slot.is_running());
+    let spec = slot.take_spec().expect("the drafter comes back");
+    assert_eq!(spec.stats()[0].calls_draft, 3);
+    assert_eq!(spec.stats()[0].acc_tokens, 2);
+    assert_eq!(spec.misuse_count(), 0);
+
+    // An empty output ends at its start (after `begin`); an empty prompt
+    // starts from the first output token.
+    let mut slot = Slot::new().unwrap();
+    let empty = Request::new(vec![1, 2], vec![]);
+    slot.start(&empty, Some(Speculative::new(&config).unwrap()))
+        .unwrap();
+    assert!(!slot.is_running() && steps(&mut slot).is_empty());
+    assert_eq!(slot.spec_mut().unwrap().stats()[0].calls_begin, 1);
+    let no_prompt = Request::new(vec![], vec![7, 8, 7, 8, 7]);
+    slot.start(&no_prompt, None).unwrap();
+    let indexes: Vec<usize> = steps(&mut slot).iter().map(|s| s.0).collect();
+    assert_eq!(indexes.first(), Some(&0));
+    assert_eq!(slot.spec_mut().unwrap().stats()[0].calls_begin, 2);
+
+    // An id the target keeps for the end is refused; the slot keeps its
+    // drafter.
+    let bad = Request::new(vec![1], vec![STOP]);
+    let e = slot.start(&bad, None).unwrap_err();
+    assert!(
+        matches!(e, Error::TokenOutOfRange { token: STOP, .. }),
+        "{e}"
+    );
+    assert!(slot.take_spec().is_some());
 }
 
 #[test]

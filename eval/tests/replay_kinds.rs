@@ -27,7 +27,7 @@ fn mixed() -> Vec<Session> {
 fn kinds_add_up_to_the_whole() {
     let sessions = mixed();
     let config = Config::recommended();
-    let seq = replay(&mut Speculative::new(&config).unwrap(), &sessions);
+    let seq = replay(&mut Speculative::new(&config).unwrap(), &sessions).unwrap();
     let engines = [Engine::slots(8), Engine::fresh(8)];
     let mut reports = vec![seq];
     for engine in engines {

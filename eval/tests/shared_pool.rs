@@ -39,6 +39,7 @@ fn eight_threads_replay_different_sessions_against_one_pool() {
                         assert!(step.draft.iter().all(|t| seen.contains(t)));
                         assert!(step.draft.len() <= 16);
                     })
+                    .unwrap()
                 })
             })
             .collect();
@@ -67,7 +68,10 @@ fn one_thread_on_a_shared_pool_is_the_reference() {
     let config = config().with_pool_size(1 << 16);
     let mut own = Speculative::new(&config).unwrap();
     let mut shared = Speculative::with_shared(&config, &Shared::new(&config).unwrap()).unwrap();
-    let (a, b) = (replay(&mut own, &sessions), replay(&mut shared, &sessions));
+    let (a, b) = (
+        replay(&mut own, &sessions).unwrap(),
+        replay(&mut shared, &sessions).unwrap(),
+    );
     assert_eq!(
         (a.steps, a.drafted, a.accepted),
         (b.steps, b.drafted, b.accepted)

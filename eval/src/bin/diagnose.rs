@@ -28,7 +28,7 @@ use std::process::ExitCode;
 
 use selfspec::{Config, Speculative, Strategy, Token};
 use selfspec_eval::cli::{self, Out, Result};
-use selfspec_eval::Session;
+use selfspec_eval::{Session, Slot};
 
 /// Where a seen token came from, relative to the request being replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -279,7 +279,9 @@ fn diagnose(
     config: &Config,
     sources: bool,
 ) -> Result {
-    let mut spec = Speculative::new(config)?;
+    // The workload's drafter: the slot keeps it from request to request.
+    let mut spec = Some(Speculative::new(config)?);
+    let mut slot = Slot::new()?;
     let dmax = config.draft_max;
     let mut seen = Seen::default();
     // class -> (steps, accepted tokens, bound tokens)
@@ -308,7 +310,6 @@ fn diagnose(
             part,
             generated,
         };
-        let mut history = request.prompt.clone();
         let old = repeated(&request.prompt, &previous);
         generated.truncate(old);
         for (&t, &g) in request.prompt[..old].iter().zip(&generated) {
@@ -325,16 +326,13 @@ fn diagnose(
         previous.clear();
         previous.extend_from_slice(&request.prompt);
         previous.extend_from_slice(&request.output);
-        spec.begin(&history);
+        slot.start(request, spec.take())?;
         let output = &request.output;
         tokens += output.len();
-        let mut i = 0;
-        while i < output.len() {
-            let last = output[i];
-            seen.push(last, origin(Source::Output, true));
-            let draft = spec.draft(&history, last).to_vec();
+        while let Some(step) = slot.step()? {
+            let (i, draft, accepted) = (step.index, &step.draft, step.accepted);
+            seen.push(output[i], origin(Source::Output, true));
             let truth = &output[i + 1..(i + 1 + dmax).min(output.len())];
-            let accepted = draft.iter().zip(truth).take_while(|(d, t)| d == t).count();
             let (bound, at) = seen.bound(truth);
             let class = match (
                 draft.is_empty(),
@@ -372,11 +370,7 @@ fn diagnose(
             };
             let e = classes.entry(class).or_default();
             *e = (e.0 + 1, e.1 + accepted, e.2 + bound.max(accepted));
-            spec.accept(accepted);
-            history.push(last);
-            history.extend_from_slice(&draft[..accepted]);
             seen.extend(&draft[..accepted], origin(Source::Output, true));
-            i += accepted + 1;
             steps += 1;
         }
     }

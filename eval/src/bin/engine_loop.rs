@@ -1,10 +1,10 @@
 //! A multi-sequence engine simulation, in the pattern engines use: one
 //! engine-wide [`Shared`] state (cloned into every worker thread), one
 //! [`Speculative`] per request on top of it (built when the request arrives;
-//! `end_request` publishes the request's tokens to the shared memory, where
-//! later requests, on any worker, draft from them), and
-//! a mock target model that verifies drafts against recorded outputs
-//! (greedy decoding).
+//! its `end_request`, when the request ends, publishes the request's tokens
+//! to the shared memory, where later requests, on any worker, draft from
+//! them), each request decoded by selfspec's `Stepper` against a target
+//! that generates its recorded output (greedy decoding; [`Slot`]).
 //!
 //! ```text
 //! cargo run --release --bin engine_loop            # the embedded samples, 4 workers
@@ -15,62 +15,11 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use selfspec::{Config, Shared, Speculative, Token};
+use selfspec::{Config, Shared, Speculative};
 use selfspec_eval::cli::{self, Out, Result};
-use selfspec_eval::Session;
-
-/// The target model, mocked: it "generates" a recorded output. One call of
-/// `forward` is one batched forward pass over `last` and the draft.
-struct MockTarget<'a> {
-    output: &'a [Token],
-}
-
-impl MockTarget<'_> {
-    /// Verifies `draft` after the token at `i`: how many draft tokens the target
-    /// agrees with (greedy verification).
-    fn forward(&self, i: usize, draft: &[Token]) -> usize {
-        draft
-            .iter()
-            .zip(&self.output[i + 1..])
-            .take_while(|(d, t)| d == t)
-            .count()
-    }
-}
-
-/// One request in flight: the engine's hooks mapped onto selfspec's calls.
-struct Request {
-    spec: Speculative,
-    /// The tokens the target has evaluated (the engine's own; engines with
-    /// `i32` ids can let the `Speculative` keep it: `begin_owned` / `draft_next`).
-    history: Vec<Token>,
-}
-
-impl Request {
-    /// Prefill: the target evaluates the prompt; a `Speculative` for this
-    /// request, on the engine-wide state, indexes it.
-    fn prefill(config: &Config, shared: &Shared, prompt: &[Token]) -> Result<Request> {
-        let mut spec = Speculative::with_shared(config, shared)?;
-        spec.begin(prompt);
-        Ok(Request {
-            spec,
-            history: prompt.to_vec(),
-        })
-    }
-
-    /// Propose: after the target sampled `last`, the drafters propose tokens.
-    fn propose(&mut self, last: Token) -> &[Token] {
-        self.spec.draft(&self.history, last)
-    }
-
-    /// Commit: the target kept `last` and `accepted` draft tokens.
-    fn commit(&mut self, last: Token, accepted: usize) {
-        self.history.push(last);
-        self.history
-            .extend_from_slice(&self.spec.last_draft()[..accepted]);
-        self.spec.accept(accepted);
-    }
-}
+use selfspec_eval::{Session, Slot};
 
 struct Served {
     id: String,
@@ -79,31 +28,41 @@ struct Served {
     passes: usize,
     /// How long each request's `end_request` took (the writer lock's hold
     /// and any wait for it).
-    ends: Vec<std::time::Duration>,
+    ends: Vec<Duration>,
+}
+
+/// Time a drafter spent in `draft` and `accept` calls.
+fn drafting(spec: Option<&mut Speculative>) -> Duration {
+    spec.map_or(Duration::ZERO, |s| {
+        s.stats().iter().map(|s| s.t_draft + s.t_accept).sum()
+    })
 }
 
 /// Serves one session (its requests in turn, as a chat's turns arrive).
 fn serve(config: &Config, shared: &Shared, session: &Session) -> Result<Served> {
     let (mut tokens, mut passes) = (0, 0);
     let mut ends = Vec::with_capacity(session.requests.len());
+    let mut slot = Slot::new()?;
     for request in &session.requests {
-        let target = MockTarget {
-            output: &request.output,
-        };
-        let mut live = Request::prefill(config, shared, &request.prompt)?;
-        let mut i = 0;
-        while i < request.output.len() {
-            let last = request.output[i];
-            let accepted = target.forward(i, live.propose(last));
-            live.commit(last, accepted);
+        // Prefill: a Speculative for this request, on the engine-wide
+        // state, indexes the prompt.
+        slot.start(request, Some(Speculative::with_shared(config, shared)?))?;
+        // The step that ends the request calls its `end_request` (the
+        // request's tokens join the engine-wide memory): its time less
+        // the draft and accept calls'.
+        let mut end = Duration::ZERO;
+        loop {
+            let before = drafting(slot.spec_mut());
+            let t = Instant::now();
+            if slot.step()?.is_none() {
+                break;
+            }
+            let took = t.elapsed();
+            end = took.saturating_sub(drafting(slot.spec_mut()).saturating_sub(before));
             passes += 1;
-            i += accepted + 1;
         }
         tokens += request.output.len();
-        // The request ends: its tokens join the engine-wide memory.
-        let t = std::time::Instant::now();
-        live.spec.end_request();
-        ends.push(t.elapsed());
+        ends.push(end);
     }
     Ok(Served {
         id: session.id.clone(),

@@ -57,7 +57,7 @@ fn build(out: &mut Out, sessions: &[Session], path: &Path, dynamic: bool) -> Res
 
 fn tau(sessions: &[Session], strategy: Strategy) -> Result<(f64, f64)> {
     let mut spec = Speculative::new(&Config::new([strategy]))?;
-    let r = replay(&mut spec, sessions);
+    let r = replay(&mut spec, sessions)?;
     Ok((r.tau(), r.acceptance()))
 }
 

@@ -276,7 +276,7 @@ fn replay_once(o: &Options, config: &Config, sessions: &[Session]) -> Result<Run
     };
     if engine == Engine::SEQUENTIAL && o.memory.is_none() {
         let mut spec = Speculative::new(config)?;
-        let report = replay(&mut spec, sessions);
+        let report = replay(&mut spec, sessions)?;
         let stats = spec.stats().to_vec();
         return Ok(Run { report, stats });
     }

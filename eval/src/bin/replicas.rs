@@ -14,9 +14,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use selfspec::{verify, Config, Cursor, Shared, Speculative, Token};
+use selfspec::{Config, Cursor, Shared, Speculative};
 use selfspec_eval::cli::{self, Out, Result};
-use selfspec_eval::Session;
+use selfspec_eval::{Request, Session, Slot};
 
 const USAGE: &str = "usage: replicas [FILE.jsonl [EVERY]]";
 const HELP: &str =
@@ -28,28 +28,16 @@ usage: replicas [FILE.jsonl [EVERY]]
   -h, --help   this text
 ";
 
-/// One request under greedy verification against its recorded output:
-/// (tokens, forward passes).
-fn serve(
-    config: &Config,
-    shared: &Shared,
-    prompt: &[Token],
-    output: &[Token],
-) -> Result<(u64, u64)> {
-    let mut spec = Speculative::with_shared(config, shared)?;
-    let mut history = prompt.to_vec();
-    spec.begin(&history);
-    let (mut i, mut passes) = (0, 0);
-    while i < output.len() {
-        let last = output[i];
-        let n = verify::greedy(spec.draft(&history, last), &output[i + 1..]);
-        spec.accept(n);
-        history.extend_from_slice(&output[i..=i + n]);
-        i += n + 1;
+/// One request under greedy verification against its recorded output, a
+/// drafter of its own on `shared`: (tokens, forward passes).
+fn serve(config: &Config, shared: &Shared, request: &Request) -> Result<(u64, u64)> {
+    let mut slot = Slot::new()?;
+    slot.start(request, Some(Speculative::with_shared(config, shared)?))?;
+    let mut passes = 0;
+    while slot.step()?.is_some() {
         passes += 1;
     }
-    spec.end_request();
-    Ok((output.len() as u64, passes))
+    Ok((request.output.len() as u64, passes))
 }
 
 /// One replica: its engine, and where its last export ended.
@@ -102,7 +90,7 @@ fn replicas(
     let (mut tokens, mut passes, mut served) = (0, 0, 0);
     for (i, session) in sessions.iter().enumerate() {
         for r in &session.requests {
-            let (t, p) = serve(config, &pair[i % 2].shared, &r.prompt, &r.output)?;
+            let (t, p) = serve(config, &pair[i % 2].shared, r)?;
             (tokens, passes) = (tokens + t, passes + p);
             served += 1;
             if every.is_some_and(|n| served % n == 0) {
@@ -138,7 +126,7 @@ fn run(out: &mut Out) -> Result {
     let one = Shared::new(&config)?;
     let (mut tokens, mut passes) = (0, 0);
     for r in sessions.iter().flat_map(|s| &s.requests) {
-        let (t, p) = serve(&config, &one, &r.prompt, &r.output)?;
+        let (t, p) = serve(&config, &one, r)?;
         (tokens, passes) = (tokens + t, passes + p);
     }
     let one = tokens as f64 / passes.max(1) as f64;

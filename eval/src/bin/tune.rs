@@ -81,7 +81,7 @@ fn tune(
             let _ = stderr.flush();
         }
         let mut spec = Speculative::new(config)?;
-        let report = replay(&mut spec, sessions);
+        let report = replay(&mut spec, sessions)?;
         let (tau, acceptance) = (report.tau(), report.acceptance());
         if acceptance < min_acceptance {
             continue;
