@@ -14,7 +14,7 @@ use selfspec::strategies::{NgramCache, NgramMap, NgramMod, NgramPool, NgramSimpl
 use selfspec::{
     verify, Config, DraftLimits, Drafter, IntoToken, Shared, Speculative, Strategy, Token,
 };
-use selfspec_eval::{replay, replay_engine, Engine, Session};
+use selfspec_eval::{replay, replay_engine, Engine, Request, Session, Slot};
 
 /// A deterministic xorshift generator: benches must not depend on a seed crate.
 struct Rng(u64);
@@ -755,14 +755,22 @@ fn stream(len: usize, seed: u64) -> Vec<Token> {
     out
 }
 
-/// A request's cost (begin with a 500-token prompt, 100 draft calls, its
-/// end) on an engine of 1 or 64 scopes, each holding 20k tokens, the
-/// requests going round the scopes. Throughput in draft calls.
+/// A request's cost (its 500-token prompt prefilled, 100 tokens decoded
+/// through a `Slot`, its end) on an engine of 1 or 64 scopes, each holding
+/// 20k tokens, the requests going round the scopes. Throughput in decoded
+/// tokens (the requests' text is new: nearly every draft is rejected, a
+/// draft call a token).
 fn bench_scopes(c: &mut Criterion) {
     let config = Config::recommended();
     let mut group = c.benchmark_group("scopes");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
+    let requests: Vec<Request> = (0..32)
+        .map(|i| {
+            let text = stream(600, 1000 + i);
+            Request::new(text[..500].to_vec(), text[500..].to_vec())
+        })
+        .collect();
     for n in [1usize, 64] {
         let shared = Shared::new(&config).unwrap();
         let scopes: Vec<Shared> = (0..n).map(|i| shared.scope(&format!("s{i}"))).collect();
@@ -772,23 +780,17 @@ fn bench_scopes(c: &mut Criterion) {
             spec.begin(&text);
             spec.end_request();
         }
-        let requests: Vec<Vec<Token>> = (0..32).map(|i| stream(600, 1000 + i)).collect();
+        let mut slot = Slot::new().unwrap();
         let mut k = 0;
         group.throughput(Throughput::Elements(100));
         group.bench_function(format!("request/{n}"), |b| {
             b.iter(|| {
                 let scope = &scopes[k % n];
-                let text = &requests[k % requests.len()];
+                let request = &requests[k % requests.len()];
                 k += 1;
-                let mut spec = Speculative::with_shared(&config, scope).unwrap();
-                let mut history = text[..500].to_vec();
-                spec.begin(&history);
-                for &last in &text[500..] {
-                    // Every draft rejected: the history grows by `last` only.
-                    black_box(spec.draft(&history, last).len());
-                    history.push(last);
-                }
-                spec.end_request();
+                let spec = Speculative::with_shared(&config, scope).unwrap();
+                slot.start(request, Some(spec)).unwrap();
+                while slot.step().unwrap().is_some() {}
             })
         });
     }

@@ -13,24 +13,14 @@ use selfspec_eval::{replay_engine, Engine, Request, Session};
 
 use common::Rng;
 
-/// Greedy verification of `output` after `prompt` on `spec`: (tokens, steps).
+/// Greedy verification of `output` after `prompt` on `spec` (the replay
+/// protocol, through a `Slot`; the request's end publishes it): (tokens,
+/// steps).
 fn run(spec: &mut Speculative, prompt: &[Token], output: &[Token]) -> (usize, usize) {
-    spec.begin(prompt);
-    let mut history = prompt.to_vec();
-    let (mut i, mut steps) = (0, 0);
-    while i < output.len() {
-        let draft = spec.draft(&history, output[i]);
-        let n = draft
-            .iter()
-            .zip(&output[i + 1..])
-            .take_while(|(d, o)| d == o)
-            .count();
-        spec.accept(n);
-        history.extend_from_slice(&output[i..=i + n]);
-        i += n + 1;
-        steps += 1;
-    }
-    (output.len(), steps)
+    let request = Request::new(prompt.to_vec(), output.to_vec());
+    let session = Session::new("", "", vec![request]);
+    let report = selfspec_eval::replay(spec, &[session]).expect("ids below STOP");
+    (output.len(), usize::try_from(report.steps).expect("steps"))
 }
 
 fn tau((tokens, steps): (usize, usize)) -> f64 {
@@ -438,14 +428,14 @@ fn eight_threads_draft_and_publish_on_one_shared() -> Result<(), Error> {
                         rng.text(200, 5000)
                     };
                     let mut spec = Speculative::with_shared(&config, &shared)?;
+                    // The request's end (`end_request`, which the stepper
+                    // calls) publishes it, waiting for the writer lock. A
+                    // drafter that is only dropped publishes nothing while
+                    // another writer holds the lock (a drop never waits):
+                    // under load, a thread descheduled while it holds the
+                    // lock would leave the others' passages unpublished, and
+                    // their figures would depend on the scheduler.
                     let (a, b) = run(&mut spec, &prompt, &output);
-                    // The request's end publishes it, waiting for the writer
-                    // lock. A drafter that is only dropped publishes nothing
-                    // while another writer holds the lock (a drop never
-                    // waits): under load, a thread descheduled while it holds
-                    // the lock would leave the others' passages unpublished,
-                    // and their figures would depend on the scheduler.
-                    spec.end_request();
                     if i % 2 == 0 && i > 0 {
                         tokens += a;
                         steps += b;
