@@ -3,29 +3,32 @@
 
 mod workload;
 
-use selfspec::{Config, Error, Speculative, Strategy, Token};
-use selfspec_eval::Session;
+use selfspec::{Config, Error, Speculative, Strategy};
+use selfspec_eval::{Session, Slot};
 
-/// Replays `sessions` with `cost` set before every draft call: (drafted,
-/// accepted, steps), and checks the probabilities of every draft.
+/// Replays `sessions` with `cost` set before every step (as an engine sets
+/// it before each pass): (drafted, accepted, steps), and checks the
+/// probabilities of every draft.
 fn replay_at(config: &Config, cost: Option<f64>, sessions: &[Session]) -> (u64, u64, u64) {
-    let mut spec = Speculative::new(config).unwrap();
+    let recall = config
+        .strategies
+        .iter()
+        .all(|s| matches!(s, Strategy::Recall { .. }));
+    let mut slot = Slot::new().unwrap();
+    let mut spec = Some(Speculative::new(config).unwrap());
     let (mut drafted, mut accepted, mut steps) = (0, 0, 0);
     for request in sessions.iter().flat_map(|s| &s.requests) {
-        let mut history: Vec<Token> = request.prompt.clone();
-        spec.begin(&history);
-        let mut i = 0;
-        while i < request.output.len() {
-            if let Some(cost) = cost {
+        slot.start(request, spec.take()).unwrap();
+        loop {
+            if let (Some(cost), Some(spec)) = (cost, slot.spec_mut()) {
                 spec.set_token_cost(cost).unwrap();
             }
-            let draft = spec.draft(&history, request.output[i]).to_vec();
-            let p = spec.draft_probabilities();
-            if config
-                .strategies
-                .iter()
-                .all(|s| matches!(s, Strategy::Recall { .. }))
-            {
+            let Some(v) = slot.step().unwrap() else {
+                break;
+            };
+            let (draft, n) = (v.draft.clone(), v.accepted);
+            let p = slot.spec_mut().unwrap().draft_probabilities();
+            if recall {
                 assert_eq!(p.len(), draft.len());
                 assert!(p.iter().all(|&x| x > 0.0 && x <= 1.0), "{p:?}");
                 // The stop rule: every drafted prefix's probability of being
@@ -35,17 +38,9 @@ fn replay_at(config: &Config, cost: Option<f64>, sessions: &[Session]) -> (u64, 
             } else {
                 assert!(p.is_empty());
             }
-            let n = draft
-                .iter()
-                .zip(&request.output[i + 1..])
-                .take_while(|(d, o)| d == o)
-                .count();
-            history.extend_from_slice(&request.output[i..=i + n]);
-            spec.accept(n);
             drafted += draft.len() as u64;
             accepted += n as u64;
             steps += 1;
-            i += n + 1;
         }
     }
     (drafted, accepted, steps)
