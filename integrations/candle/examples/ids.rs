@@ -7,10 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use selfspec::step::Reply;
 use selfspec_candle::prompts::{self, Prompt};
-use selfspec_candle::{
-    decode, measure_token_cost, random, Generation, Model, ModelConfig, RandomModel,
-};
+use selfspec_candle::{decode, measure_token_cost, random, Model, ModelConfig, RandomModel};
 
 const HELP: &str = "\
 usage: ids (--model FILE | --random) [options]
@@ -105,10 +104,10 @@ fn tokens(prompt: Prompt) -> Result<Vec<u32>, String> {
     }
 }
 
-fn summary(name: &str, runs: &[Generation]) -> String {
-    let tokens: usize = runs.iter().map(|g| g.tokens.len()).sum();
-    let passes: usize = runs.iter().map(|g| g.forward_passes).sum();
-    let secs: f64 = runs.iter().map(|g| g.elapsed.as_secs_f64()).sum();
+fn summary(name: &str, runs: &[Reply]) -> String {
+    let tokens: usize = runs.iter().map(|r| r.tokens.len()).sum();
+    let passes: usize = runs.iter().map(decode::passes).sum();
+    let secs: f64 = runs.iter().map(|r| decode::elapsed(r).as_secs_f64()).sum();
     let (drafted, accepted): (usize, usize) = runs
         .iter()
         .map(|g| (g.drafted, g.accepted))

@@ -9,10 +9,11 @@
 //! quantized weights, so a near tie can flip), every mode still decodes the
 //! same next prompt, and the turns compare like with like.
 
+use selfspec::step::{Reply, Stepper};
 use selfspec::{Config, Shared, Speculative};
 use selfspec_conversations::{compare, Conversation, Decoded, Divergence};
 
-use crate::decode::{plain_until, speculative_until, Generation, Limits};
+use crate::decode::{self, plain_until, speculative_until};
 use crate::tokenizer::{Message, TextTokenizer};
 use crate::{Error, Model};
 
@@ -57,9 +58,9 @@ impl DraftSet {
 pub struct Turn {
     /// The plain reply (its last token is the end-of-turn token when the
     /// model ended the turn).
-    pub plain: Generation,
-    /// One generation per [`DraftSet`], in order.
-    pub spec: Vec<Generation>,
+    pub plain: Reply,
+    /// One reply per [`DraftSet`], in order.
+    pub spec: Vec<Reply>,
     /// Prompt tokens.
     pub prompt_tokens: usize,
 }
@@ -81,16 +82,43 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct Chat<'a> {
     /// The model.
-    pub model: &'a mut Model,
+    model: &'a mut Model,
     /// Its tokenizer and chat template.
-    pub tokenizer: &'a TextTokenizer,
+    tokenizer: &'a TextTokenizer,
     /// The drafting configurations compared with plain decoding.
     pub sets: Vec<DraftSet>,
     /// Tokens a reply may have at most.
     pub max_tokens: usize,
+    /// Drives the model for every request: it keeps the prefix a prompt
+    /// shares with what the cache holds.
+    stepper: Stepper,
 }
 
-impl Chat<'_> {
+impl<'a> Chat<'a> {
+    /// Conversations on `model` (from an empty cache), replies of at most
+    /// `max_tokens` tokens ended by the tokenizer's end of turn, plain and
+    /// with each of `sets`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Selfspec`] for a model shape selfspec's stepper cannot drive.
+    pub fn new(
+        model: &'a mut Model,
+        tokenizer: &'a TextTokenizer,
+        sets: Vec<DraftSet>,
+        max_tokens: usize,
+    ) -> Result<Chat<'a>, Error> {
+        model.reset();
+        let stepper = decode::stepper(model, &[tokenizer.end_of_turn()])?;
+        Ok(Chat {
+            model,
+            tokenizer,
+            sets,
+            max_tokens,
+            stepper,
+        })
+    }
+
     /// Decodes `conversation` turn by turn; `each` gets the turn's index and
     /// outcome as soon as it is decoded.
     ///
@@ -104,10 +132,6 @@ impl Chat<'_> {
         mut each: impl FnMut(usize, &Outcome),
     ) -> Result<(), Error> {
         let context = self.model.config().max_position_embeddings;
-        let limits = Limits {
-            max_tokens: self.max_tokens,
-            stop: Some(self.tokenizer.end_of_turn()),
-        };
         let mut history: Vec<Message> = Vec::new();
         let mut skipping = false;
         for (i, user) in conversation.turns.iter().enumerate() {
@@ -123,7 +147,7 @@ impl Chat<'_> {
                 );
                 continue;
             }
-            let turn = self.turn(&prompt, limits)?;
+            let turn = self.turn(&prompt)?;
             let reply = turn
                 .plain
                 .tokens
@@ -137,15 +161,16 @@ impl Chat<'_> {
 
     /// One prompt decoded plainly, then with each set (a new
     /// [`Speculative`] per request on the set's [`Shared`]).
-    fn turn(&mut self, prompt: &[u32], limits: Limits) -> Result<Turn, Error> {
-        let plain = plain_until(self.model, prompt, limits)?;
+    fn turn(&mut self, prompt: &[u32]) -> Result<Turn, Error> {
+        let (model, stepper, n) = (&mut *self.model, &mut self.stepper, self.max_tokens);
+        let plain = plain_until(model, stepper, prompt, n)?;
         let mut spec = Vec::with_capacity(self.sets.len());
         for set in &self.sets {
             let mut s = Speculative::with_shared(&set.config, &set.shared)?;
             if let Some(cost) = set.token_cost {
                 s.set_token_cost(cost)?;
             }
-            spec.push(speculative_until(self.model, &mut s, prompt, limits)?);
+            spec.push(speculative_until(model, stepper, s, prompt, n)?);
         }
         // The cache now holds the prompt and the last reply: the next turn's
         // prefill evaluates only what its prompt does not share with them.
@@ -157,22 +182,22 @@ impl Chat<'_> {
     }
 }
 
-/// A generation as the report counts it: decode passes and time after the
-/// prefill.
+/// A reply as the report counts it: decode passes and time after the
+/// prompt's pass.
 #[must_use]
-pub fn decoded(g: &Generation) -> Decoded {
+pub fn decoded(r: &Reply) -> Decoded {
     Decoded {
-        generated: g.tokens.len(),
-        decode_time: g.decode_time,
-        forward_passes: g.forward_passes.saturating_sub(1),
-        drafted: g.drafted,
-        accepted: g.accepted,
+        generated: r.tokens.len(),
+        decode_time: r.decode_time,
+        forward_passes: r.decode_passes,
+        drafted: r.drafted,
+        accepted: r.accepted,
     }
 }
 
 /// Where a speculative reply first differs from the plain one, judged by the
 /// plain pass's top-1 / top-2 gap against `near_tie`.
 #[must_use]
-pub fn divergence(plain: &Generation, spec: &Generation, near_tie: f32) -> Divergence {
-    compare(&plain.tokens, &plain.gaps, &spec.tokens, near_tie)
+pub fn divergence(plain: &Reply, spec: &Reply, near_tie: f32) -> Divergence {
+    compare(&plain.tokens, &plain.margins, &spec.tokens, near_tie)
 }

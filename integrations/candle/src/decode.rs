@@ -1,16 +1,17 @@
-//! The decoding loops: plain greedy decoding (one token per forward pass) and
-//! self-speculative greedy decoding (selfspec drafts from the token history,
-//! one forward pass verifies `[last] + draft`), and a runtime measurement of
-//! the token cost selfspec's recall strategy weighs its drafts against.
-//!
-//! The engine hooks are marked in [`speculative`] with `// prefill`,
-//! `// propose`, `// verify`, `// commit`, `// rollback` and
-//! `// end of request`.
+//! The decoding loops over selfspec's [`Stepper`]: the model is the
+//! stepper's [`Target`](selfspec::step::Target) (one sequence), and each
+//! request is a [`Stepper::start`] followed by [`Stepper::step`]s until its
+//! reply is finished. Plain greedy decoding is the same loop without a
+//! drafter (one token a pass); speculative decoding gives the request a
+//! [`Speculative`], whose drafts the stepper verifies, commits and rolls
+//! back. A runtime measurement of the token cost selfspec's recall
+//! strategy weighs its drafts against is here too.
 
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
-use selfspec::{verify, Config, Shared, Speculative};
+use selfspec::step::{Decode, Finished, Reply, SeqId, StepError, Stepper};
+use selfspec::{Config, Shared, Speculative};
 use selfspec_conversations::argmax_gap;
 
 use crate::{Error, Model};
@@ -19,96 +20,73 @@ use crate::{Error, Model};
 /// attention scores' memory on long prompts).
 pub const PREFILL_CHUNK: usize = 256;
 
-/// When a request ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Tokens to generate at most.
-    pub max_tokens: usize,
-    /// A token that ends the reply (kept as its last token), e.g. the chat
-    /// template's end of turn.
-    pub stop: Option<u32>,
-}
-
-impl Limits {
-    /// `max_tokens` tokens, no stop token.
-    #[must_use]
-    pub fn tokens(max_tokens: usize) -> Limits {
-        Limits {
-            max_tokens,
-            stop: None,
-        }
-    }
-}
-
-/// What one request produced.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Generation {
-    /// The generated tokens (the first comes from the prefill pass; a stop
-    /// token, when reached, is the last).
-    pub tokens: Vec<u32>,
-    /// For each generated token, the top-1 / top-2 logit gap of the row that
-    /// chose it (infinite for a one-token vocabulary).
-    pub gaps: Vec<f32>,
-    /// Forward passes, the prefill's counted as one.
-    pub forward_passes: usize,
-    /// Draft tokens sent to verification.
-    pub drafted: usize,
-    /// Draft tokens the model kept.
-    pub accepted: usize,
-    /// Wall-clock time of the request (prefill included).
-    pub elapsed: Duration,
-    /// Wall-clock time after the prefill (the decoding proper).
-    pub decode_time: Duration,
-    /// The smallest of `gaps`.
-    pub min_margin: f32,
-}
-
-impl Generation {
-    fn new() -> Generation {
-        Generation {
-            min_margin: f32::INFINITY,
-            ..Generation::default()
-        }
-    }
-
-    /// Generated tokens per forward pass (tau).
-    #[must_use]
-    #[allow(clippy::cast_precision_loss)]
-    pub fn tau(&self) -> f64 {
-        self.tokens.len() as f64 / self.forward_passes.max(1) as f64
-    }
-
-    /// Generated tokens per second.
-    #[must_use]
-    #[allow(clippy::cast_precision_loss)]
-    pub fn tokens_per_second(&self) -> f64 {
-        self.tokens.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    /// Appends `tokens` (with their rows' gaps) up to the limits; whether
-    /// the request is done.
-    fn push(&mut self, tokens: &[(u32, f32)], limits: Limits) -> bool {
-        for &(token, gap) in tokens {
-            self.tokens.push(token);
-            self.gaps.push(gap);
-            self.min_margin = self.min_margin.min(gap);
-            if Some(token) == limits.stop || self.tokens.len() >= limits.max_tokens {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-/// The argmax of each row of `logits` (`[rows, vocab]`, first index on a
-/// tie) and each row's top-1 / top-2 gap.
+/// A stepper for `model`: its one sequence, prompts prefilled in chunks of
+/// [`PREFILL_CHUNK`], a reply ended by any of `stop` (kept as its last
+/// token), e.g. the chat template's end of turn. Keep it for the model's
+/// next requests: it knows what the cache holds, and a prompt that shares a
+/// prefix with it (a conversation's earlier turns) is only evaluated from
+/// where they differ.
 ///
 /// # Errors
 ///
-/// [`Error::Candle`] if `logits` is not a 2-d f32 tensor.
-pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
-    let rows = logits.to_vec2::<f32>()?;
-    Ok(rows.iter().map(|row| argmax_gap(row)).collect())
+/// [`Error::Selfspec`] for a model shape the stepper cannot drive.
+pub fn stepper(model: &Model, stop: &[u32]) -> Result<Stepper, Error> {
+    Ok(Stepper::new(model)?
+        .with_stop_tokens(stop)
+        .with_prefill_chunk(PREFILL_CHUNK))
+}
+
+/// One greedy request on `stepper` (which has driven `model` alone, or
+/// [`forget`](Stepper::forget)s its sequence after the cache was touched):
+/// `max_tokens` tokens at most after `prompt`, drafted by `spec` if given.
+/// The reply, with the drafter after its `end_request`.
+///
+/// # Errors
+///
+/// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt token
+/// outside the vocabulary, [`Error::ContextFull`] for a prompt that leaves
+/// no room in the model's context, [`Error::Selfspec`] for `max_tokens` 0,
+/// [`Error::Candle`] if a pass fails.
+pub fn request(
+    model: &mut Model,
+    stepper: &mut Stepper,
+    prompt: &[u32],
+    max_tokens: usize,
+    spec: Option<Speculative>,
+) -> Result<Finished, Error> {
+    let seq = SeqId::new(0);
+    stepper
+        .start(seq, prompt, Decode::greedy(max_tokens), spec)
+        .map_err(start_error)?;
+    let mut done = None;
+    while stepper.is_running() {
+        let stepped = stepper.step(model);
+        done = done.or_else(|| stepper.finished().find(|f| f.seq == seq));
+        stepped.map_err(step_error)?;
+    }
+    done.ok_or_else(|| Error::Batch("the request ended without a reply".into()))
+}
+
+fn start_error(e: selfspec::Error) -> Error {
+    match e {
+        selfspec::Error::EmptyPrompt => Error::EmptyPrompt,
+        selfspec::Error::TokenOutOfRange { token, vocab } => {
+            Error::TokenOutOfRange { token, vocab }
+        }
+        selfspec::Error::PromptTooLong { tokens, context } => Error::ContextFull {
+            needed: tokens + 1,
+            max: context,
+        },
+        e => Error::Selfspec(e),
+    }
+}
+
+fn step_error(e: StepError<Error>) -> Error {
+    match e {
+        StepError::Target(e) => e,
+        StepError::Selfspec(e) => Error::Selfspec(e),
+        e => Error::Batch(e.to_string()),
+    }
 }
 
 /// Plain greedy decoding: `max_tokens` tokens after `prompt`, one forward
@@ -116,37 +94,26 @@ pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
 ///
 /// # Errors
 ///
-/// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt token
-/// outside the vocabulary, [`Error::Candle`] if a pass fails.
-pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Generation, Error> {
+/// As [`request`].
+pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Reply, Error> {
     model.reset();
-    plain_until(model, prompt, Limits::tokens(max_tokens))
+    let mut stepper = stepper(model, &[])?;
+    plain_until(model, &mut stepper, prompt, max_tokens)
 }
 
-/// Plain greedy decoding until `limits`. The cached positions that are a
-/// prefix of `prompt` are reused ([`Model::prefill`]).
+/// Plain greedy decoding on `stepper` (see [`request`]): the cached
+/// positions that are a prefix of `prompt` are reused.
 ///
 /// # Errors
 ///
-/// As [`plain`], and [`Error::ContextFull`] when the model's context ends
-/// first.
-pub fn plain_until(model: &mut Model, prompt: &[u32], limits: Limits) -> Result<Generation, Error> {
-    let start = Instant::now();
-    let mut g = Generation::new();
-    if limits.max_tokens == 0 {
-        return Ok(g);
-    }
-    let mut row = argmax_rows(&model.prefill(prompt, PREFILL_CHUNK)?)?;
-    g.forward_passes = 1;
-    let decoding = Instant::now();
-    while !g.push(&row, limits) {
-        let next = row[0].0;
-        row = argmax_rows(&model.forward(&[next])?)?;
-        g.forward_passes += 1;
-    }
-    g.decode_time = decoding.elapsed();
-    g.elapsed = start.elapsed();
-    Ok(g)
+/// As [`request`].
+pub fn plain_until(
+    model: &mut Model,
+    stepper: &mut Stepper,
+    prompt: &[u32],
+    max_tokens: usize,
+) -> Result<Reply, Error> {
+    Ok(request(model, stepper, prompt, max_tokens, None)?.reply)
 }
 
 /// Speculative greedy decoding with selfspec: the same tokens as [`plain`],
@@ -158,7 +125,7 @@ pub fn plain_until(model: &mut Model, prompt: &[u32], limits: Limits) -> Result<
 ///
 /// # Errors
 ///
-/// As [`plain`], and [`Error::Selfspec`] for an invalid `config` or
+/// As [`request`], and [`Error::Selfspec`] for an invalid `config` or
 /// `token_cost`.
 pub fn speculative(
     model: &mut Model,
@@ -167,83 +134,62 @@ pub fn speculative(
     prompt: &[u32],
     max_tokens: usize,
     token_cost: Option<f64>,
-) -> Result<Generation, Error> {
+) -> Result<Reply, Error> {
     let mut spec = Speculative::with_shared(config, shared)?;
     if let Some(cost) = token_cost {
         spec.set_token_cost(cost)?;
     }
     model.reset();
-    speculative_until(model, &mut spec, prompt, Limits::tokens(max_tokens))
+    let mut stepper = stepper(model, &[])?;
+    speculative_until(model, &mut stepper, spec, prompt, max_tokens)
 }
 
 /// Speculative greedy decoding of one request with `spec` (new for the
-/// request, or reused: [`Speculative::begin`] starts it) until `limits`.
+/// request, or another's given back by [`request`]) on `stepper`; the
+/// cached prefix of `prompt` is reused.
 ///
 /// # Errors
 ///
-/// As [`plain_until`].
+/// As [`request`].
 pub fn speculative_until(
     model: &mut Model,
-    spec: &mut Speculative,
+    stepper: &mut Stepper,
+    spec: Speculative,
     prompt: &[u32],
-    limits: Limits,
-) -> Result<Generation, Error> {
-    let start = Instant::now();
-    let mut g = Generation::new();
-    if limits.max_tokens == 0 {
-        return Ok(g);
-    }
+    max_tokens: usize,
+) -> Result<Reply, Error> {
+    Ok(request(model, stepper, prompt, max_tokens, Some(spec))?.reply)
+}
 
-    // prefill: the cache holds the prompt; its last row gives the first token.
-    let first = argmax_rows(&model.prefill(prompt, PREFILL_CHUNK)?)?;
-    g.forward_passes = 1;
-    let decoding = Instant::now();
-    spec.begin(prompt);
-    // The tokens the model has evaluated (= the KV cache); `last` is not in it.
-    let mut history = prompt.to_vec();
-    let mut last = first[0].0;
-    let mut done = g.push(&first, limits);
+/// Forward passes of `reply`, its prompt's counted as one (as
+/// [`Reply::tau`] counts them): 1 + decode passes.
+#[must_use]
+pub fn passes(reply: &Reply) -> usize {
+    reply.decode_passes + 1
+}
 
-    let mut input = Vec::new();
-    while !done {
-        // propose: at most as many draft tokens as the request still needs
-        // (a pass yields the accepted ones and one more).
-        let room = limits.max_tokens - g.tokens.len();
-        let draft = spec.draft(&history, last);
-        let draft = &draft[..draft.len().min(room - 1)];
+/// The smallest top-1 / top-2 logit margin of `reply`'s tokens (infinite
+/// for none).
+#[must_use]
+pub fn min_margin(reply: &Reply) -> f32 {
+    reply.margins.iter().copied().fold(f32::INFINITY, f32::min)
+}
 
-        // verify: one pass over [last] + draft at positions len..len + 1 + k;
-        // row i predicts the token after [last] + draft[..i].
-        input.clear();
-        input.push(last);
-        input.extend_from_slice(draft);
-        let rows = argmax_rows(&model.forward(&input)?)?;
-        g.forward_passes += 1;
-        let argmax: Vec<u32> = rows.iter().map(|&(t, _)| t).collect();
-        let v = verify::greedy_next(draft, &argmax).ok_or(Error::Candle(
-            candle_core::Error::Msg("a pass returned fewer rows than tokens".into()),
-        ))?;
+/// Wall-clock time of a request: its prefill and its decoding.
+#[must_use]
+pub fn elapsed(reply: &Reply) -> Duration {
+    reply.prefill_time + reply.decode_time
+}
 
-        // commit: history grows by `last` and the kept draft tokens; the
-        // correction (or bonus) token is the next `last`. A stop token ends
-        // the request where it appears.
-        g.drafted += draft.len();
-        g.accepted += v.n_accepted;
-        history.push(last);
-        history.extend_from_slice(&draft[..v.n_accepted]);
-        done = g.push(&rows[..=v.n_accepted], limits);
-        last = v.next_token;
-
-        // rollback: drop the rejected draft positions from the KV cache.
-        model.truncate(history.len());
-        spec.accept(v.n_accepted);
-    }
-    // end of request: the request's tokens join the engine-wide memory
-    // (`shared`), for the next requests' drafts.
-    spec.end_request();
-    g.decode_time = decoding.elapsed();
-    g.elapsed = start.elapsed();
-    Ok(g)
+/// The argmax of each row of `logits` (`[rows, vocab]`, first index on a
+/// tie) and each row's top-1 / top-2 gap.
+///
+/// # Errors
+///
+/// [`Error::Candle`] if `logits` is not a 2-d f32 tensor.
+pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
+    let rows = logits.to_vec2::<f32>()?;
+    Ok(rows.iter().map(|row| argmax_gap(row)).collect())
 }
 
 /// Times forward passes of 1 and 17 tokens after a 256-token context and

@@ -75,6 +75,11 @@ pub enum Error {
         /// What is wrong (and, where it applies, what is allowed).
         what: String,
     },
+    /// A batch the model cannot evaluate as the stepper's target (a row of
+    /// another sequence, positions that do not follow the cache), or a row
+    /// asked for that the last pass did not output.
+    #[error("batch: {0}")]
+    Batch(String),
     /// A tokenizer that cannot be built or read, or text it cannot encode.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

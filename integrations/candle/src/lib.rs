@@ -1,7 +1,9 @@
 //! selfspec inside a candle decoder: a small Llama-family model on candle's
-//! CPU device with a truncatable KV cache ([`Model`]), the plain and the
-//! self-speculative greedy decoding loops ([`decode`]), and seeded random
-//! test models ([`RandomModel`]).
+//! CPU device with a truncatable KV cache ([`Model`]), which is a
+//! [`selfspec::step::Target`] (one sequence) driven by selfspec's
+//! [`Stepper`](selfspec::step::Stepper) for plain and self-speculative
+//! greedy decoding ([`decode`]), and seeded random test models
+//! ([`RandomModel`]).
 //!
 //! ```
 //! use selfspec_candle::{decode, Model, RandomModel};
@@ -29,10 +31,11 @@ mod model;
 pub mod numerics;
 pub mod prompts;
 pub mod random;
+mod target;
 pub mod tokenizer;
 
 pub use config::ModelConfig;
-pub use decode::{measure_token_cost, Generation, Limits};
+pub use decode::measure_token_cost;
 pub use error::Error;
 pub use gguf::{GgufFile, Representation};
 pub use model::{LayerCache, Model};

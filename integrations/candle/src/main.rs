@@ -172,12 +172,7 @@ fn run(args: &Args) -> Result<bool, String> {
         .common
         .near_tie
         .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
-    let mut chat = Chat {
-        model: &mut model,
-        tokenizer: &tokenizer,
-        sets,
-        max_tokens: args.common.max_tokens,
-    };
+    let mut chat = Chat::new(&mut model, &tokenizer, sets, args.common.max_tokens).map_err(err)?;
     let tallies = decode_all(&mut chat, &conversations, near_tie)?;
 
     let mut summaries = Vec::new();

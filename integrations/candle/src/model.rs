@@ -13,6 +13,7 @@ use candle_nn::VarBuilder;
 
 use crate::kv::KvBuffer;
 pub use crate::kv::LayerCache;
+use crate::target::Outputs;
 use crate::{Error, ModelConfig};
 
 /// A projection `x @ w^T (+ b)`, `w` as stored by Hugging Face and GGUF
@@ -107,7 +108,9 @@ pub(crate) struct Weights {
 ///
 /// [`forward`](Model::forward) evaluates tokens at the positions after the
 /// cache and appends their keys and values; [`truncate`](Model::truncate)
-/// drops positions from the end (the rollback after a rejected draft).
+/// drops positions from the end (the rollback after a rejected draft). As a
+/// [`selfspec::step::Target`] (one sequence) it is driven by a
+/// [`selfspec::step::Stepper`] ([`crate::decode`]).
 #[derive(Debug, Clone)]
 pub struct Model {
     config: ModelConfig,
@@ -116,6 +119,8 @@ pub struct Model {
     cache: Vec<Option<KvBuffer>>,
     /// The tokens whose keys and values the cache holds.
     tokens: Vec<u32>,
+    /// The output rows of the last [`selfspec::step::Target::forward`].
+    pub(crate) outputs: Outputs,
 }
 
 impl Model {
@@ -189,6 +194,7 @@ impl Model {
             weights,
             cache: vec![None; config.num_hidden_layers],
             tokens: Vec::new(),
+            outputs: Outputs::default(),
         }
     }
 
@@ -285,6 +291,12 @@ impl Model {
     pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor, Error> {
         let x = self.hidden(tokens)?;
         Ok(self.weights.lm_head.forward(&x)?)
+    }
+
+    /// The lm_head over `hidden` (rows of [`hidden`](Model::hidden)'s
+    /// output): `[rows, vocab]` logits.
+    pub(crate) fn head(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+        self.weights.lm_head.forward(hidden)
     }
 
     /// As [`forward`](Model::forward), but returns the lm_head's input (the

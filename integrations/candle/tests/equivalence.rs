@@ -47,7 +47,7 @@ fn speculative_output_equals_plain_output() {
     let (mut model, nudges) = common::with_clear_margins(&random, &prompts, max_tokens);
     eprintln!(
         "lm_head nudges for clear margins: {nudges} (prompt 0's smallest margin before: {:e})",
-        unrepaired.min_margin
+        decode::min_margin(&unrepaired)
     );
     let (mut total, mut plain_passes, mut spec_passes) = (0, 0, 0);
     for (i, prompt) in prompts.iter().enumerate() {
@@ -56,11 +56,11 @@ fn speculative_output_equals_plain_output() {
             decode::speculative(&mut model, &config, &shared, prompt, max_tokens, None).unwrap();
         assert_eq!(plain.tokens.len(), max_tokens);
         assert!(
-            plain.min_margin > MIN_MARGIN && spec.min_margin > MIN_MARGIN,
+            decode::min_margin(&plain) > MIN_MARGIN && decode::min_margin(&spec) > MIN_MARGIN,
             "prompt {i}: a decision with a top-1/top-2 margin of {} / {} (below {MIN_MARGIN}): \
              the test model no longer has clear argmaxes",
-            plain.min_margin,
-            spec.min_margin
+            decode::min_margin(&plain),
+            decode::min_margin(&spec)
         );
         if let Some(p) = plain
             .tokens
@@ -75,20 +75,20 @@ fn speculative_output_equals_plain_output() {
             );
         }
         assert_eq!(plain.tokens, spec.tokens, "prompt {i}");
-        assert_eq!(plain.forward_passes, max_tokens);
+        assert_eq!(decode::passes(&plain), max_tokens);
         eprintln!(
             "prompt {i} ({} tokens): plain {} passes, speculative {} passes (tau {:.2}, {} drafted, {} accepted), min margin {:.4}",
             prompt.len(),
-            plain.forward_passes,
-            spec.forward_passes,
+            decode::passes(&plain),
+            decode::passes(&spec),
             spec.tau(),
             spec.drafted,
             spec.accepted,
-            plain.min_margin.min(spec.min_margin)
+            decode::min_margin(&plain).min(decode::min_margin(&spec))
         );
         total += spec.tokens.len();
-        plain_passes += plain.forward_passes;
-        spec_passes += spec.forward_passes;
+        plain_passes += decode::passes(&plain);
+        spec_passes += decode::passes(&spec);
     }
     eprintln!(
         "total: {total} tokens, plain {plain_passes} passes, speculative {spec_passes} passes"
@@ -108,15 +108,15 @@ fn repetitive_prompt_needs_fewer_passes() {
     assert_eq!(plain.tokens, spec.tokens);
     eprintln!(
         "repetitive prompt: plain {} passes, speculative {} passes for {} tokens",
-        plain.forward_passes,
-        spec.forward_passes,
+        decode::passes(&plain),
+        decode::passes(&spec),
         spec.tokens.len()
     );
     assert!(
-        spec.forward_passes < plain.forward_passes,
+        decode::passes(&spec) < decode::passes(&plain),
         "speculative {} passes, plain {}",
-        spec.forward_passes,
-        plain.forward_passes
+        decode::passes(&spec),
+        decode::passes(&plain)
     );
     assert!(spec.accepted > 0);
 }

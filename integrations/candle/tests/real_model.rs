@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
 use selfspec_candle::numerics::{batch_drift, near_tie_bound};
 use selfspec_candle::tokenizer::Message;
-use selfspec_candle::{GgufFile, Representation, TextTokenizer};
+use selfspec_candle::{decode, GgufFile, Representation, TextTokenizer};
 use selfspec_conversations::{self as conv, Conversation, Divergence};
 
 fn model_path() -> PathBuf {
@@ -47,12 +47,7 @@ fn decode_workload(repr: Representation, near_tie: f32) -> Totals {
     let tokenizer = TextTokenizer::from_gguf(&file).unwrap();
     let mut model = file.model(repr).unwrap();
     let set = DraftSet::new("recall".into(), selfspec::Config::recommended(), None).unwrap();
-    let mut chat = Chat {
-        model: &mut model,
-        tokenizer: &tokenizer,
-        sets: vec![set],
-        max_tokens: 128,
-    };
+    let mut chat = Chat::new(&mut model, &tokenizer, vec![set], 128).unwrap();
     let mut t = Totals::default();
     for c in workload() {
         chat.run(&c, |i, outcome| {
@@ -61,8 +56,8 @@ fn decode_workload(repr: Representation, near_tie: f32) -> Totals {
             };
             let spec = &turn.spec[0];
             t.generated += turn.plain.tokens.len();
-            t.plain_passes += turn.plain.forward_passes;
-            t.spec_passes += spec.forward_passes;
+            t.plain_passes += decode::passes(&turn.plain);
+            t.spec_passes += decode::passes(spec);
             let d = chat::divergence(&turn.plain, spec, near_tie);
             if d.diverged() {
                 t.diverged += 1;
