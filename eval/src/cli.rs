@@ -176,6 +176,55 @@ pub fn workloads(files: &[String]) -> Result<Vec<(String, Vec<Session>)>> {
 /// More worker threads than this is a typo, not a machine.
 pub const MAX_THREADS: usize = 1024;
 
+/// A tool's command line (the process's arguments), read with `lexopt`:
+/// `--opt value`, `--opt=value`, `-s value`, `-svalue`.
+#[must_use]
+pub fn args() -> lexopt::Parser {
+    lexopt::Parser::from_env()
+}
+
+/// A command line the tool cannot read: `lexopt`'s error, then `usage`.
+#[must_use]
+pub fn bad_args(e: lexopt::Error, usage: &str) -> Failure {
+    match e {
+        lexopt::Error::MissingValue {
+            option: Some(option),
+        } => format!("{option} needs a value; {usage}").into(),
+        e => format!("{e}; {usage}").into(),
+    }
+}
+
+/// An argument the tool does not take.
+#[must_use]
+pub fn unexpected(arg: &lexopt::Arg<'_>, usage: &str) -> Failure {
+    match arg {
+        lexopt::Arg::Long(name) => format!("unknown option `--{name}`; {usage}").into(),
+        lexopt::Arg::Short(c) => format!("unknown option `-{c}`; {usage}").into(),
+        lexopt::Arg::Value(v) => {
+            format!("unexpected argument `{}`; {usage}", v.to_string_lossy()).into()
+        }
+    }
+}
+
+/// The value of the option just read, as text.
+///
+/// # Errors
+///
+/// A missing value, or one that is not UTF-8.
+pub fn value(args: &mut lexopt::Parser, usage: &str) -> Result<String> {
+    text(args.value().map_err(|e| bad_args(e, usage))?)
+}
+
+/// An argument as text.
+///
+/// # Errors
+///
+/// An argument that is not UTF-8.
+pub fn text(arg: std::ffi::OsString) -> Result<String> {
+    arg.into_string()
+        .map_err(|a| format!("`{}` is not UTF-8", a.to_string_lossy()).into())
+}
+
 /// The arguments of a tool that takes positional ones only, at most `max`:
 /// an option (`-x`) or one argument too many is an error that shows `usage`;
 /// `--help` or `-h` shows `help`.
@@ -184,18 +233,22 @@ pub const MAX_THREADS: usize = 1024;
 ///
 /// [`Failure::Help`] for `--help`; a message for an option or too many
 /// arguments.
-pub fn positional(usage: &str, help: &'static str, max: usize) -> Result<Vec<String>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        return Err(Failure::Help(help));
+pub fn positional(
+    mut args: lexopt::Parser,
+    usage: &str,
+    help: &'static str,
+    max: usize,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    while let Some(arg) = args.next().map_err(|e| bad_args(e, usage))? {
+        match arg {
+            lexopt::Arg::Long("help") | lexopt::Arg::Short('h') => return Err(Failure::Help(help)),
+            lexopt::Arg::Value(v) if out.len() < max => out.push(text(v)?),
+            lexopt::Arg::Value(_) => return Err(usage.into()),
+            arg => return Err(unexpected(&arg, usage)),
+        }
     }
-    if let Some(flag) = args.iter().find(|a| a.starts_with('-')) {
-        return Err(format!("unknown option `{flag}`; {usage}").into());
-    }
-    if args.len() > max {
-        return Err(usage.into());
-    }
-    Ok(args)
+    Ok(out)
 }
 
 /// A count argument named `name`: `default` when absent, else an integer in
@@ -212,4 +265,61 @@ pub fn count(arg: Option<&String>, name: &str, default: usize, max: usize) -> Re
         .ok()
         .filter(|&n| n > 0 && n <= max)
         .ok_or_else(|| format!("{name} `{arg}` is not an integer in 1..={max}").into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str], max: usize) -> Result<Vec<String>> {
+        positional(
+            lexopt::Parser::from_args(args),
+            "usage: t [A [B]]",
+            "help",
+            max,
+        )
+    }
+
+    fn message(r: Result<Vec<String>>) -> String {
+        match r {
+            Err(Failure::Message(m)) => m,
+            other => panic!("not a message: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn positional_arguments_options_and_help() {
+        assert_eq!(parse(&["a", "b"], 2).unwrap(), ["a", "b"]);
+        assert!(parse(&[], 2).unwrap().is_empty());
+        assert!(matches!(
+            parse(&["a", "--help"], 2),
+            Err(Failure::Help("help"))
+        ));
+        assert!(matches!(parse(&["-h"], 0), Err(Failure::Help("help"))));
+        assert_eq!(message(parse(&["a", "b", "c"], 2)), "usage: t [A [B]]");
+        assert_eq!(
+            message(parse(&["--bogus"], 2)),
+            "unknown option `--bogus`; usage: t [A [B]]"
+        );
+        assert_eq!(
+            message(parse(&["-x"], 2)),
+            "unknown option `-x`; usage: t [A [B]]"
+        );
+        // `--` ends the options.
+        assert_eq!(parse(&["--", "-x"], 2).unwrap(), ["-x"]);
+    }
+
+    #[test]
+    fn counts_are_in_range() {
+        let n = |s: &str| count(Some(&s.to_string()), "N", 3, 10);
+        assert_eq!(count(None, "N", 3, 10).unwrap(), 3);
+        assert_eq!(n("10").unwrap(), 10);
+        for bad in ["0", "11", "-1", "x"] {
+            let m = match n(bad) {
+                Err(Failure::Message(m)) => m,
+                _ => panic!("{bad} was accepted"),
+            };
+            assert_eq!(m, format!("N `{bad}` is not an integer in 1..=10"));
+        }
+    }
 }

@@ -413,29 +413,31 @@ usage: diagnose [FILE.jsonl ...] [--strategy S]... [--draft-max N] [--sources]
 ";
 
 fn run(out: &mut Out) -> Result {
+    use lexopt::Arg::{Long, Short, Value};
     let mut files = Vec::new();
     let mut strategies: Vec<Strategy> = Vec::new();
     let mut draft_max = 16;
     let mut sources = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--strategy" | "-s" => {
-                let v = args.next().ok_or("--strategy needs a value")?;
-                strategies.push(v.parse().map_err(|e| format!("--strategy: {e}"))?);
+    let mut args = cli::args();
+    while let Some(arg) = args.next().map_err(|e| cli::bad_args(e, USAGE))? {
+        match arg {
+            Long("strategy") | Short('s') => {
+                strategies.push(
+                    cli::value(&mut args, USAGE)?
+                        .parse()
+                        .map_err(|e| format!("--strategy: {e}"))?,
+                );
             }
-            "--draft-max" => {
-                let v = args.next().ok_or("--draft-max needs a value")?;
+            Long("draft-max") => {
+                let v = cli::value(&mut args, USAGE)?;
                 draft_max = v
                     .parse()
                     .map_err(|_| format!("--draft-max `{v}` is not a number"))?;
             }
-            "--sources" => sources = true,
-            "--help" | "-h" => return Err(cli::Failure::Help(HELP)),
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}`; {USAGE}").into())
-            }
-            _ => files.push(arg),
+            Long("sources") => sources = true,
+            Long("help") | Short('h') => return Err(cli::Failure::Help(HELP)),
+            Value(file) => files.push(cli::text(file)?),
+            arg => return Err(cli::unexpected(&arg, USAGE)),
         }
     }
     let mut config = if strategies.is_empty() {

@@ -83,7 +83,7 @@ usage: engine_loop [FILE.jsonl [WORKERS]]
 ";
 
 fn run(out: &mut Out) -> Result {
-    let args = cli::positional(USAGE, HELP, 2)?;
+    let args = cli::positional(cli::args(), USAGE, HELP, 2)?;
     let sessions: Vec<Session> = cli::workloads(&args[..args.len().min(1)])?
         .into_iter()
         .flat_map(|(_, sessions)| sessions)

@@ -116,22 +116,21 @@ usage: lookup_create WORKLOAD.jsonl OUT.bin [--dynamic]
 ";
 
 fn run(out: &mut Out) -> Result {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() {
+    use lexopt::Arg::{Long, Short, Value};
+    if std::env::args_os().len() < 2 {
         return demo(out);
     }
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        return Err(cli::Failure::Help(HELP));
+    let (mut files, mut dynamic) = (Vec::new(), false);
+    let mut args = cli::args();
+    while let Some(arg) = args.next().map_err(|e| cli::bad_args(e, USAGE))? {
+        match arg {
+            Long("dynamic") => dynamic = true,
+            Long("help") | Short('h') => return Err(cli::Failure::Help(HELP)),
+            Value(file) => files.push(cli::text(file)?),
+            arg => return Err(cli::unexpected(&arg, USAGE)),
+        }
     }
-    let dynamic = args.iter().any(|a| a == "--dynamic");
-    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    if let Some(bad) = args
-        .iter()
-        .find(|a| a.starts_with('-') && *a != "--dynamic")
-    {
-        return Err(format!("unknown option `{bad}`; {USAGE}").into());
-    }
-    let [input, output] = files[..] else {
+    let [input, output] = &files[..] else {
         return Err(USAGE.into());
     };
     // An unreadable or empty workload fails before any file is written.

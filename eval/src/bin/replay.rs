@@ -86,40 +86,54 @@ struct Options {
     repeat: Option<usize>,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Options> {
+fn parse_args(mut args: lexopt::Parser) -> Result<Options> {
+    use lexopt::Arg::{Long, Short, Value};
     let mut o = Options::default();
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .ok_or_else(|| Failure::from(format!("{flag} needs a value; {USAGE}")))
-        };
-        let number = |flag: &str, v: String| {
-            v.parse::<usize>()
-                .map_err(|_| Failure::from(format!("{flag} `{v}` is not a non-negative integer")))
-        };
-        match arg.as_str() {
-            "--strategy" | "-s" => {
-                let v = value(&arg)?;
-                o.strategies
-                    .push(v.parse().map_err(|e| format!("--strategy: {e}"))?);
+    let number = |flag: &str, v: String| {
+        v.parse::<usize>()
+            .map_err(|_| Failure::from(format!("{flag} `{v}` is not a non-negative integer")))
+    };
+    while let Some(arg) = args.next().map_err(|e| cli::bad_args(e, USAGE))? {
+        match arg {
+            Long("strategy") | Short('s') => o.strategies.push(
+                cli::value(&mut args, USAGE)?
+                    .parse()
+                    .map_err(|e| format!("--strategy: {e}"))?,
+            ),
+            Long("draft-max") => {
+                o.draft_max = Some(number("--draft-max", cli::value(&mut args, USAGE)?)?)
             }
-            "--draft-max" => o.draft_max = Some(number(&arg, value(&arg)?)?),
-            "--draft-min" => o.draft_min = Some(number(&arg, value(&arg)?)?),
-            "--pool-size" => o.pool_size = Some(number(&arg, value(&arg)?)?),
-            "--per-kind" => o.per_kind = true,
-            "--json" => o.json = true,
-            "--verbose" | "-v" => o.verbose = true,
-            "--slots" => o.slots = Some(cli::count(Some(&value(&arg)?), &arg, 1, 4096)?),
-            "--fresh" => o.fresh = true,
-            "--scope-per-session" => o.scoped = true,
-            "--memory" => o.memory = Some(value(&arg)?),
-            "--repeat" => o.repeat = Some(cli::count(Some(&value(&arg)?), &arg, 1, 1000)?),
-            "--help" | "-h" => return Err(Failure::Help(HELP)),
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}`; {USAGE}").into())
+            Long("draft-min") => {
+                o.draft_min = Some(number("--draft-min", cli::value(&mut args, USAGE)?)?)
             }
-            _ => o.files.push(arg),
+            Long("pool-size") => {
+                o.pool_size = Some(number("--pool-size", cli::value(&mut args, USAGE)?)?)
+            }
+            Long("per-kind") => o.per_kind = true,
+            Long("json") => o.json = true,
+            Long("verbose") | Short('v') => o.verbose = true,
+            Long("slots") => {
+                o.slots = Some(cli::count(
+                    Some(&cli::value(&mut args, USAGE)?),
+                    "--slots",
+                    1,
+                    4096,
+                )?)
+            }
+            Long("fresh") => o.fresh = true,
+            Long("scope-per-session") => o.scoped = true,
+            Long("memory") => o.memory = Some(cli::value(&mut args, USAGE)?),
+            Long("repeat") => {
+                o.repeat = Some(cli::count(
+                    Some(&cli::value(&mut args, USAGE)?),
+                    "--repeat",
+                    1,
+                    1000,
+                )?)
+            }
+            Long("help") | Short('h') => return Err(Failure::Help(HELP)),
+            Value(file) => o.files.push(cli::text(file)?),
+            arg => return Err(cli::unexpected(&arg, USAGE)),
         }
     }
     if o.repeat.is_some_and(|n| n > 1) && o.memory.is_some() {
@@ -459,7 +473,7 @@ fn run(o: Options, out: &mut Out) -> Result {
 
 fn main() -> ExitCode {
     cli::main("replay", |out| {
-        let options = parse_args(std::env::args().skip(1))?;
+        let options = parse_args(cli::args())?;
         run(options, out)
     })
 }

@@ -107,7 +107,7 @@ fn replicas(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args = cli::positional(USAGE, HELP, 2)?;
+    let args = cli::positional(cli::args(), USAGE, HELP, 2)?;
     let every = cli::count(args.get(1), "EVERY", 8, 10_000)?;
     let (name, sessions) = match args.first() {
         Some(file) => (file.clone(), cli::read(file)?),

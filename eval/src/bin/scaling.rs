@@ -242,7 +242,7 @@ fn report(
 }
 
 fn run(out: &mut Out) -> Result {
-    let args = cli::positional(USAGE, HELP, 3)?;
+    let args = cli::positional(cli::args(), USAGE, HELP, 3)?;
     let threads = cli::count(args.get(1), "THREADS", 2, cli::MAX_THREADS)?;
     let rounds = cli::count(args.get(2), "ROUNDS", 21, 10_000)?;
     let workloads = match args.first() {

@@ -131,41 +131,32 @@ fn tune(
 }
 
 fn run(out: &mut Out) -> Result {
+    use lexopt::Arg::{Long, Short, Value};
     let mut files = Vec::new();
     let (mut draft_max, mut min_acceptance) = (16usize, 0.0f64);
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))
-        };
-        match arg.as_str() {
-            "--draft-max" => {
-                let v = value(&arg)?;
+    let mut args = cli::args();
+    while let Some(arg) = args.next().map_err(|e| cli::bad_args(e, USAGE))? {
+        match arg {
+            Long("draft-max") => {
+                let v = cli::value(&mut args, USAGE)?;
+                let max = selfspec::limits::MAX_DRAFT;
                 draft_max = v
                     .parse()
                     .ok()
-                    .filter(|d| (1..=selfspec::limits::MAX_DRAFT).contains(d))
-                    .ok_or_else(|| {
-                        format!(
-                            "--draft-max `{v}`: expected 1..={}",
-                            selfspec::limits::MAX_DRAFT
-                        )
-                    })?;
+                    .filter(|d| (1..=max).contains(d))
+                    .ok_or_else(|| format!("--draft-max `{v}`: expected 1..={max}"))?;
             }
-            "--min-acceptance" => {
-                let v = value(&arg)?;
+            Long("min-acceptance") => {
+                let v = cli::value(&mut args, USAGE)?;
                 min_acceptance = v
                     .parse()
                     .ok()
                     .filter(|a: &f64| (0.0..=1.0).contains(a))
                     .ok_or_else(|| format!("--min-acceptance `{v}`: expected a number in 0..=1"))?;
             }
-            "--help" | "-h" => return Err(cli::Failure::Help(HELP)),
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}`; {USAGE}").into())
-            }
-            _ => files.push(arg),
+            Long("help") | Short('h') => return Err(cli::Failure::Help(HELP)),
+            Value(file) => files.push(cli::text(file)?),
+            arg => return Err(cli::unexpected(&arg, USAGE)),
         }
     }
     for (name, sessions) in cli::workloads(&files)? {
