@@ -703,7 +703,8 @@ fn bench_memory_append(c: &mut Criterion) {
 /// `Shared`, a new drafter per request, decoded in rounds as an engine steps
 /// its batch. Throughput is in draft calls (one per step), so criterion's
 /// time per element is the replay's time per draft call (its `begin`,
-/// `accept` and `end_request` calls included) with N sequences in flight.
+/// `accept` and `end_request` calls and each slot's stepper included) with
+/// N sequences in flight.
 fn bench_concurrency(c: &mut Criterion) {
     let sessions = load(include_str!("../examples/data/sample-code.jsonl"));
     let config = Config::recommended();
