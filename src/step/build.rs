@@ -20,7 +20,7 @@ impl Sequence {
         }
     }
 
-    fn joining(&self) -> bool {
+    pub(super) fn joining(&self) -> bool {
         self.live
             .as_ref()
             .is_some_and(|l| !l.done && l.phase == Phase::Prefill)

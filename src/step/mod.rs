@@ -204,7 +204,8 @@ impl Stepper {
     /// per unit of pass time, and none when no draft pays. Pass times come
     /// from `times`, which learns from every pass the stepper makes (start
     /// with [`PassTimes::new`], or one seeded with a measured
-    /// [`PassCurve`]). Until a pass is timed, drafts go as proposed.
+    /// [`PassCurve`]). Until a decoding pass is timed, no draft is sent:
+    /// the first pass is timed plain.
     #[must_use]
     pub fn with_budget(mut self, times: PassTimes) -> Stepper {
         self.budget = Some(budget::Budget::new(times));

@@ -47,7 +47,10 @@ impl Stepper {
         let t = Instant::now();
         target.forward(&self.batch).map_err(StepError::Target)?;
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
-        if let Some(budget) = &mut self.budget {
+        // Decoding passes only: a prompt chunk's rows cost differently
+        // (and a simulated target may not charge them at all).
+        let prompt_rows = self.seqs.iter().any(|s| s.rows > 0 && s.joining());
+        if let (Some(budget), false) = (&mut self.budget, prompt_rows) {
             budget.record(self.batch.len(), took);
         }
         self.last_pass = Some(Pass {

@@ -83,10 +83,15 @@ impl Budget {
 
     /// Chooses the draft rows of a pass with `base_rows` other rows and
     /// `sequences` decoding sequences, from the candidates added; sorts
-    /// them so that the first `rows` are the ones to send. `None` before
-    /// any pass time is known (the drafts go as proposed).
+    /// them so that the first `rows` are the ones to send. Before any pass
+    /// time is known: no draft rows (the first pass is timed plain).
     pub(crate) fn choose(&mut self, base_rows: usize, sequences: usize) -> Option<Choice> {
-        let base = self.times.secs(base_rows.max(1))?;
+        let Some(base) = self.times.secs(base_rows.max(1)) else {
+            return Some(Choice {
+                rows: 0,
+                break_even: 1.0,
+            });
+        };
         self.candidates.sort_unstable_by(|a, b| {
             b.q.total_cmp(&a.q)
                 .then(a.seq.cmp(&b.seq))
@@ -185,10 +190,10 @@ mod tests {
     }
 
     #[test]
-    fn nothing_measured_sends_drafts_as_proposed() {
+    fn nothing_measured_sends_no_draft() {
         let mut b = Budget::new(PassTimes::new());
-        b.add(0, &[0.5]);
-        assert_eq!(b.choose(1, 1), None);
+        b.add(0, &[0.9]);
+        assert_eq!(b.choose(1, 1).map(|c| c.rows), Some(0));
     }
 
     #[test]
