@@ -74,7 +74,7 @@ pub fn pass_cost_curve(
         for _ in 0..=reps.max(1) {
             let t = Instant::now();
             decoder.extend(slot, &pass, true)?;
-            std::hint::black_box(argmax_gap(decoder.row(0)));
+            std::hint::black_box(argmax_gap(decoder.row(0)?));
             times.push(t.elapsed());
             decoder.truncate(slot, base)?;
         }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use selfspec::step::StepError;
+
 /// Everything the engine, the loops and the command can report.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -92,6 +94,22 @@ pub enum Error {
     /// `llama_decode` failed.
     #[error("llama.cpp's decode failed: {0}")]
     Decode(#[from] llama_cpp_2::DecodeError),
+    /// A batch row that does not follow its sequence's cache.
+    #[error("a row at position {pos} of sequence {seq}, whose cache holds {held} positions")]
+    Position {
+        /// Sequence id.
+        seq: usize,
+        /// The row's position.
+        pos: usize,
+        /// Positions the sequence's cache holds (with the pass's rows before it).
+        held: usize,
+    },
+    /// A row of the last pass without logits.
+    #[error("row {row} of the last pass has no logits")]
+    NoLogits {
+        /// The row.
+        row: usize,
+    },
     /// The KV cache refused a removal.
     #[error("llama.cpp's KV cache refused to remove positions {from}.. of sequence {seq}")]
     KvCache {
@@ -100,13 +118,55 @@ pub enum Error {
         /// First position to remove.
         from: usize,
     },
+    /// The stepper failed in a way this version does not know.
+    #[error("the stepper: {0}")]
+    Step(String),
     /// The chat template could not be applied.
     #[error("the chat template: {0}")]
     Template(String),
-    /// selfspec rejected a configuration or a token cost.
+    /// selfspec rejected a configuration, a token cost, a target's shape
+    /// or a row it could not verify.
     #[error(transparent)]
-    Selfspec(#[from] selfspec::Error),
+    Selfspec(selfspec::Error),
     /// The conversations, the model path or the JSON file.
     #[error(transparent)]
     Conversations(#[from] selfspec_conversations::Error),
+}
+
+impl From<selfspec::Error> for Error {
+    /// selfspec's request errors as this package's own (a slot, a prompt,
+    /// a token), the others as [`Error::Selfspec`].
+    fn from(e: selfspec::Error) -> Error {
+        match e {
+            selfspec::Error::Sequence {
+                seq,
+                sequences,
+                problem,
+            } => Error::Slot {
+                slot: seq,
+                slots: sequences,
+                problem,
+            },
+            selfspec::Error::EmptyPrompt => Error::EmptyPrompt,
+            selfspec::Error::PromptTooLong { tokens, context } => {
+                Error::PromptTooLong { tokens, context }
+            }
+            selfspec::Error::TokenOutOfRange { token, vocab } => {
+                Error::TokenOutOfRange { token, vocab }
+            }
+            e => Error::Selfspec(e),
+        }
+    }
+}
+
+impl From<StepError<Error>> for Error {
+    /// The target's error as it was, selfspec's as [`From<selfspec::Error>`].
+    fn from(e: StepError<Error>) -> Error {
+        match e {
+            StepError::Target(e) => e,
+            StepError::Selfspec(e) => e.into(),
+            // A variant added to selfspec later: its message.
+            e => Error::Step(e.to_string()),
+        }
+    }
 }

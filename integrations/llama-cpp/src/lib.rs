@@ -1,15 +1,18 @@
 //! selfspec's drafts verified inside llama.cpp's engine, through the
 //! `llama-cpp-2` crate: the model, the batch, the KV cache and the logits
-//! are llama.cpp's; selfspec proposes the drafts and
-//! [`selfspec::verify::greedy_next`] checks them.
+//! are llama.cpp's; selfspec's [`Stepper`](selfspec::step::Stepper) drafts,
+//! verifies and rolls back.
 //!
-//! A [`Decoder`] holds S sequences of one llama.cpp context. Each
-//! [`Decoder::step`] puts every live sequence's `[last] + draft` into one
-//! `llama_batch` (logits for every position), decodes once, verifies each
-//! sequence greedily, removes its rejected positions from the KV cache
-//! (`llama_memory_seq_rm`) and tells its [`selfspec::Speculative`] how many
-//! were kept. A slot without a `Speculative` decodes plainly, one token a
-//! step: the baseline, in the same engine.
+//! [`LlamaTarget`] is llama.cpp's context as selfspec's
+//! [`Target`](selfspec::step::Target): S sequences of one context, a
+//! forward pass is one `llama_decode` of a batch of their rows (logits for
+//! the rows the stepper reads), a truncation `llama_memory_seq_rm`. A
+//! [`Decoder`] drives it with a stepper: each [`Decoder::step`] puts every
+//! live sequence's `[last] + draft` (or its prompt's next chunk) into one
+//! batch, decodes once, and the stepper verifies each sequence greedily,
+//! removes its rejected positions and tells its [`selfspec::Speculative`]
+//! how many were kept. A slot without a `Speculative` decodes plainly, one
+//! token a step: the baseline, in the same engine.
 //!
 //! ```no_run
 //! use selfspec::{Config, Shared, Speculative};
@@ -38,8 +41,11 @@ mod decoder;
 mod error;
 mod model;
 pub mod run;
+mod target;
 
-pub use decoder::{Counters, Decoder, Finished, Pacing, Reply, Settings, Stop};
+pub use decoder::{Counters, Decoder, Pacing, Settings};
 pub use error::Error;
 pub use model::{Message, Model, Role};
+pub use selfspec::step::{Finished, Reply, Stop};
 pub use selfspec_conversations::argmax_gap;
+pub use target::LlamaTarget;

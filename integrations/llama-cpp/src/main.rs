@@ -125,7 +125,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         context: args.context,
         threads: args.threads.unwrap_or(Settings::default().threads),
         batch: 2048.max(args.parallel * 2),
-        step_tokens: 63.max(args.parallel),
+        step_tokens: 63.max(2 * args.parallel),
         flash_attention: args.flash_attention,
     };
     let mut decoder = Decoder::new(&model, settings)?;

@@ -1,5 +1,5 @@
 //! llama.cpp's model: loading a GGUF file, its tokenizer and chat template,
-//! and the greedy choice of a logit row.
+//! and the tokens that end a turn.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -122,6 +122,16 @@ impl Model {
     #[must_use]
     pub fn is_end(&self, token: u32) -> bool {
         i32::try_from(token).is_ok_and(|t| self.inner.vocab().is_eog(LlamaToken(t)))
+    }
+
+    /// Every token that ends a turn ([`Model::is_end`]): the stepper's stop
+    /// tokens.
+    #[must_use]
+    pub fn end_tokens(&self) -> Vec<u32> {
+        (0..self.n_vocab)
+            .filter_map(|t| u32::try_from(t).ok())
+            .filter(|&t| self.is_end(t))
+            .collect()
     }
 
     /// The tokens of `text` (special tokens such as `<|im_start|>` parsed;

@@ -17,7 +17,8 @@ use crate::{Decoder, Error, Finished, Reply};
 pub struct Pass {
     /// `replies[c][t]`: conversation `c`'s reply to turn `t`.
     pub replies: Vec<Vec<Option<Reply>>>,
-    /// Time in decode steps (prefill excluded).
+    /// Time in decode steps (prefill excluded: see
+    /// [`Counters`](crate::Counters) for passes shared with prompt rows).
     pub decode_time: Duration,
 }
 
@@ -91,7 +92,7 @@ pub fn decode_pass(
                         // A new conversation starts from an empty cache: its
                         // prefill must not depend on what the slot held.
                         Some(c) => {
-                            decoder.rollback(slot, 0)?;
+                            decoder.forget(slot);
                             (c, 0)
                         }
                         None => {
@@ -133,7 +134,7 @@ pub fn decode_pass(
         }
         decoder.step(&mut finished)?;
         for f in finished.drain(..) {
-            let Some(lane) = lanes[f.slot].as_mut() else {
+            let Some(lane) = lanes[f.seq.index()].as_mut() else {
                 continue;
             };
             let (c, t) = (lane.conversation, lane.turn);
@@ -194,13 +195,15 @@ fn messages<'a>(turns: &'a [String], replies: &'a [String]) -> Vec<Message<'a>> 
     m
 }
 
-/// The counts of one reply for the report.
+/// The counts of one reply for the report: its forward passes as
+/// [`Reply::tau`] counts them (the pass that chose the first token and each
+/// decode pass), so that the report's tau is the replies'.
 #[must_use]
 pub fn decoded(reply: &Reply) -> Decoded {
     Decoded {
         generated: reply.tokens.len(),
         decode_time: Duration::ZERO,
-        forward_passes: reply.passes,
+        forward_passes: reply.decode_passes + 1,
         drafted: reply.drafted,
         accepted: reply.accepted,
     }
@@ -234,7 +237,7 @@ pub fn tally_kind(
                 tally.note_skipped(kind);
                 continue;
             };
-            let d = compare(&p.tokens, &p.gaps, &s.tokens, bound);
+            let d = compare(&p.tokens, &p.margins, &s.tokens, bound);
             tally.add_counts(kind, &decoded(p), &decoded(s), &d);
             if d.diverged() {
                 divergences.push(TurnDivergence {

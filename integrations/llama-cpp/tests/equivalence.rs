@@ -71,9 +71,9 @@ fn same_replies_fewer_passes(sequences: usize) {
             let (p, s) = (p.as_ref().unwrap(), s.as_ref().unwrap());
             turns += 1;
             generated += p.tokens.len();
-            under_bound += p.gaps.iter().filter(|&&g| g < bound).count();
+            under_bound += p.margins.iter().filter(|&&g| g < bound).count();
             accepted += s.accepted;
-            match compare(&p.tokens, &p.gaps, &s.tokens, bound) {
+            match compare(&p.tokens, &p.margins, &s.tokens, bound) {
                 Divergence::Identical => {}
                 Divergence::NearTie { position, gap } => {
                     near_ties += 1;

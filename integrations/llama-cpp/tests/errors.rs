@@ -116,7 +116,7 @@ fn a_prompt_over_the_context_is_refused_and_the_other_sequence_goes_on() {
         d.step(&mut finished).unwrap();
     }
     assert_eq!(finished.len(), 1);
-    assert_eq!(finished[0].slot, 0);
+    assert_eq!(finished[0].seq.index(), 0);
     assert_eq!(finished[0].reply.tokens, solo_reply(&model, &prompt));
 }
 
@@ -147,7 +147,7 @@ fn a_reply_stops_at_the_end_of_the_context() {
     if reply.stop == Stop::ContextFull {
         assert_eq!(prompt.len() + reply.tokens.len(), 64 + 1);
     } else {
-        assert_eq!(reply.stop, Stop::EndOfTurn);
+        assert_eq!(reply.stop, Stop::StopToken);
     }
 }
 

@@ -1,7 +1,9 @@
-//! Single passes for tests and measurements: evaluate tokens of one or
-//! several sequences in one batch and read every row, roll a cache back.
+//! Single passes for tests and measurements, beside the stepper: evaluate
+//! tokens of one or several idle sequences in one batch and read every row,
+//! roll a cache back. Each empties the slot's cache in the stepper's view,
+//! so its next request starts from an empty cache.
 
-use super::{push, setting, Decoder};
+use super::{setting, Decoder};
 use crate::Error;
 
 impl Decoder<'_> {
@@ -16,24 +18,6 @@ impl Decoder<'_> {
     /// [`Error::PromptTooLong`] past the sequence's context, and llama.cpp's
     /// errors (the cache is then as before).
     pub fn evaluate(&mut self, slot: usize, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
-        self.check_slot(slot, true)?;
-        if tokens.is_empty() {
-            return Err(Error::EmptyPrompt);
-        }
-        let batch = self.settings.batch;
-        setting(
-            "tokens in one pass",
-            tokens.len(),
-            tokens.len() <= batch,
-            "at most the batch size",
-        )?;
-        let len = self.slots[slot].cached.len() + tokens.len();
-        if len > self.settings.context {
-            return Err(Error::PromptTooLong {
-                tokens: len,
-                context: self.settings.context,
-            });
-        }
         let mut rows = self.evaluate_batch(&[(slot, tokens)])?;
         Ok(rows.remove(0))
     }
@@ -45,7 +29,6 @@ impl Decoder<'_> {
     ///
     /// [`Error::Slot`], [`Error::KvCache`] if llama.cpp refuses.
     pub fn rollback(&mut self, slot: usize, len: usize) -> Result<(), Error> {
-        self.check_slot(slot, true)?;
         self.truncate(slot, len)
     }
 
@@ -61,62 +44,95 @@ impl Decoder<'_> {
         &mut self,
         parts: &[(usize, &[u32])],
     ) -> Result<Vec<Vec<Vec<f32>>>, Error> {
+        let settings = self.settings();
         let mut total = 0;
         for (i, &(slot, tokens)) in parts.iter().enumerate() {
-            self.check_slot(slot, true)?;
+            let held = self.target_for(slot)?.cached(slot).len();
             if parts[..i].iter().any(|&(s, _)| s == slot) {
                 return Err(Error::Slot {
                     slot,
-                    slots: self.slots.len(),
+                    slots: settings.sequences,
                     problem: "is given twice",
                 });
             }
             if tokens.is_empty() {
                 return Err(Error::EmptyPrompt);
             }
-            let len = self.slots[slot].cached.len() + tokens.len();
-            if len > self.settings.context {
+            if held + tokens.len() > settings.context {
                 return Err(Error::PromptTooLong {
-                    tokens: len,
-                    context: self.settings.context,
+                    tokens: held + tokens.len(),
+                    context: settings.context,
                 });
             }
             total += tokens.len();
         }
-        let batch = self.settings.batch;
         setting(
             "tokens in one pass",
             total,
-            total <= batch,
+            total <= settings.batch,
             "at most the batch size",
         )?;
-        self.batch.clear();
-        let vocab = self.model.n_vocab();
-        for &(slot, tokens) in parts {
-            let seq = [i32::try_from(slot).unwrap_or(0)];
-            let pos = self.slots[slot].cached.len();
-            for (i, &t) in tokens.iter().enumerate() {
-                push(&mut self.batch, vocab, t, pos + i, &seq, true)?;
-            }
-        }
-        if let Err(e) = self.ctx.decode(&mut self.batch) {
-            for &(slot, _) in parts {
-                let len = self.slots[slot].cached.len();
-                self.truncate(slot, len)?;
-            }
-            return Err(e.into());
-        }
+        let target = &mut self.target;
+        let starts: Vec<usize> = parts.iter().map(|&(s, _)| target.cached(s).len()).collect();
+        target.decode_rows(
+            parts
+                .iter()
+                .zip(&starts)
+                .flat_map(|(&(slot, tokens), &pos)| {
+                    tokens
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, &t)| (slot, t, pos + i, true))
+                }),
+        )?;
         let mut out = Vec::with_capacity(parts.len());
         let mut row = 0;
-        for &(slot, tokens) in parts {
-            self.slots[slot].cached.extend_from_slice(tokens);
-            out.push(
-                (row..row + tokens.len())
-                    .map(|i| self.row(i).to_vec())
-                    .collect(),
-            );
+        for &(_, tokens) in parts {
+            let rows = (row..row + tokens.len())
+                .map(|i| target.row(i).map(<[f32]>::to_vec))
+                .collect::<Result<_, _>>()?;
+            out.push(rows);
             row += tokens.len();
         }
         Ok(out)
+    }
+
+    /// Decodes `tokens` into idle `slot`'s cache after what it holds, in
+    /// chunks of the batch size; logits for every token of the last chunk
+    /// when `all_logits`, else for the last token only (read them with
+    /// [`Decoder::row`]). On an error the slot's cache is as before.
+    pub(crate) fn extend(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<(), Error> {
+        let batch = self.settings().batch;
+        let target = self.target_for(slot)?;
+        let start = target.cached(slot).len();
+        let n_chunks = tokens.len().div_ceil(batch);
+        for (c, chunk) in tokens.chunks(batch).enumerate() {
+            let last_chunk = c + 1 == n_chunks;
+            let pos0 = target.cached(slot).len();
+            let rows = chunk.iter().enumerate().map(|(i, &t)| {
+                let logits = last_chunk && (all_logits || i + 1 == chunk.len());
+                (slot, t, pos0 + i, logits)
+            });
+            if let Err(e) = target.decode_rows(rows) {
+                target.remove(slot, start)?;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes idle `slot`'s KV positions from `from` on.
+    pub(crate) fn truncate(&mut self, slot: usize, from: usize) -> Result<(), Error> {
+        self.target_for(slot)?.remove(slot, from)
+    }
+
+    /// The logit row `i` of the last pass (a row that pass computed).
+    pub(crate) fn row(&self, i: usize) -> Result<&[f32], Error> {
+        self.target.row(i)
     }
 }

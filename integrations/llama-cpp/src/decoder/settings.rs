@@ -9,10 +9,16 @@ pub struct Settings {
     pub context: usize,
     /// CPU threads llama.cpp uses.
     pub threads: usize,
-    /// The most tokens one `llama_decode` call takes (prefill chunks).
+    /// The most tokens one `llama_decode` call takes (llama.cpp's
+    /// `n_batch`): the measurement passes' limit
+    /// ([`Decoder::evaluate_batch`](crate::Decoder::evaluate_batch), [`cost`](crate::cost)).
     pub batch: usize,
-    /// The most tokens one step puts into its batch, all sequences together
-    /// (each live sequence's draft is cut to its share). The default, 63,
+    /// The most tokens one step puts into its batch, all sequences together:
+    /// the stepper's batch ([`selfspec::step::Shape::batch`]). Each decoding
+    /// sequence's draft is cut to its share; a joining sequence's prompt is
+    /// evaluated in chunks of up to half of it, beside the others' rows
+    /// (whose shares then split the other half). At least two tokens a
+    /// sequence. The default, 63,
     /// keeps steps under 64 rows, where llama.cpp's CPU kernels change path
     /// (with flash attention on, its tiled kernel starts at 64 rows and sums
     /// in another order), and bounds what one rejected draft can cost.
