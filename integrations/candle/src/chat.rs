@@ -10,48 +10,12 @@
 //! same next prompt, and the turns compare like with like.
 
 use selfspec::step::{Reply, Stepper};
-use selfspec::{Config, Shared, Speculative};
+pub use selfspec_conversations::DraftSet;
 use selfspec_conversations::{compare, Conversation, Decoded, Divergence};
 
 use crate::decode::{self, plain_until, speculative_until};
 use crate::tokenizer::{Message, TextTokenizer};
 use crate::{Error, Model};
-
-/// One drafting configuration compared with plain decoding.
-#[derive(Debug)]
-pub struct DraftSet {
-    /// Its name in the report (`recall`, `ngram-simple+ngram-map-k`, ...).
-    pub label: String,
-    /// The drafting configuration.
-    pub config: Config,
-    /// The token cost given to each request's [`Speculative`], if any.
-    pub token_cost: Option<f64>,
-    /// The engine-wide memory, one for the whole run.
-    shared: Shared,
-}
-
-impl DraftSet {
-    /// A set with its own [`Shared`].
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Selfspec`] for a configuration or token cost selfspec
-    /// rejects.
-    pub fn new(label: String, config: Config, token_cost: Option<f64>) -> Result<DraftSet, Error> {
-        let shared = Shared::new(&config)?;
-        // Checked once here, not per turn.
-        let mut probe = Speculative::with_shared(&config, &shared)?;
-        if let Some(cost) = token_cost {
-            probe.set_token_cost(cost)?;
-        }
-        Ok(DraftSet {
-            label,
-            config,
-            token_cost,
-            shared,
-        })
-    }
-}
 
 /// One reply decoded plainly and with each set.
 #[derive(Debug)]
@@ -159,18 +123,20 @@ impl<'a> Chat<'a> {
         Ok(())
     }
 
-    /// One prompt decoded plainly, then with each set (a new
-    /// [`Speculative`] per request on the set's [`Shared`]).
+    /// One prompt decoded plainly, then with each set (a new drafter per
+    /// request, on the set's engine-wide memory).
     fn turn(&mut self, prompt: &[u32]) -> Result<Turn, Error> {
         let (model, stepper, n) = (&mut *self.model, &mut self.stepper, self.max_tokens);
         let plain = plain_until(model, stepper, prompt, n)?;
         let mut spec = Vec::with_capacity(self.sets.len());
         for set in &self.sets {
-            let mut s = Speculative::with_shared(&set.config, &set.shared)?;
-            if let Some(cost) = set.token_cost {
-                s.set_token_cost(cost)?;
-            }
-            spec.push(speculative_until(model, stepper, s, prompt, n)?);
+            spec.push(speculative_until(
+                model,
+                stepper,
+                set.speculative()?,
+                prompt,
+                n,
+            )?);
         }
         // The cache now holds the prompt and the last reply: the next turn's
         // prefill evaluates only what its prompt does not share with them.

@@ -83,38 +83,22 @@ fn load(args: &Args) -> Result<(Model, TextTokenizer), String> {
     Ok((model, tokenizer))
 }
 
-/// The drafting sets; `auto` token costs are measured once, on `model`.
+/// The drafting sets; an `auto` token cost is measured once, on `model`.
 fn draft_sets(args: &Args, model: &mut Model) -> Result<Vec<DraftSet>, String> {
-    let mut measured = None;
-    let mut sets = Vec::new();
-    for s in &args.common.sets {
-        if s.paced {
-            return Err(
-                "--paced: this command does not pace drafts (the llama.cpp command does)".into(),
-            );
-        }
-        let config =
-            conv::config(&s.strategies, s.draft_max, s.draft_min).map_err(|e| e.to_string())?;
-        let token_cost = s.cost.resolve(&mut measured, || {
-            let x = decode::measure_token_cost(model).map_err(err)?;
+    if args.common.sets.iter().any(|s| s.paced) {
+        return Err(
+            "--paced: this command does not pace drafts (the llama.cpp command does)".into(),
+        );
+    }
+    args.common
+        .draft_sets(|| {
+            let x = decode::measure_token_cost(model)?;
             println!(
                 "measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)"
             );
-            Ok::<f64, String>(x)
-        })?;
-        let mut label = conv::strategy_label(&s.strategies);
-        if s.draft_min.is_some() || s.draft_max.is_some() {
-            label = format!(
-                "{label} (draft {}..={})",
-                config.draft_min, config.draft_max
-            );
-        }
-        if let Some(x) = token_cost {
-            label = format!("{label} (token cost {x:.2})");
-        }
-        sets.push(DraftSet::new(label, config, token_cost).map_err(err)?);
-    }
-    Ok(sets)
+            Ok(x)
+        })
+        .map_err(err)
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -167,7 +151,7 @@ fn run(args: &Args) -> Result<bool, String> {
     let conversations = conv::load(&args.common.sources()).map_err(|e| e.to_string())?;
     let (mut model, tokenizer) = load(args)?;
     let sets = draft_sets(args, &mut model)?;
-    let labels: Vec<String> = sets.iter().map(|s| s.label.clone()).collect();
+    let labels: Vec<String> = sets.iter().map(DraftSet::label).collect();
     let near_tie = args
         .common
         .near_tie

@@ -46,7 +46,7 @@ fn decode_workload(repr: Representation, near_tie: f32) -> Totals {
     let mut file = GgufFile::open(&model_path()).unwrap();
     let tokenizer = TextTokenizer::from_gguf(&file).unwrap();
     let mut model = file.model(repr).unwrap();
-    let set = DraftSet::new("recall".into(), selfspec::Config::recommended(), None).unwrap();
+    let set = DraftSet::from_config("recall", selfspec::Config::recommended()).unwrap();
     let mut chat = Chat::new(&mut model, &tokenizer, vec![set], 128).unwrap();
     let mut t = Totals::default();
     for c in workload() {
