@@ -112,6 +112,8 @@ pub enum StepError<E: std::error::Error + 'static> {
 pub struct Pass {
     /// Rows in the batch.
     pub rows: usize,
+    /// Of them, rows of prompts being prefilled.
+    pub prompt_rows: usize,
     /// Sequences with rows in it.
     pub sequences: usize,
     /// Wall-clock time of [`Target::forward`].

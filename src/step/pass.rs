@@ -49,12 +49,13 @@ impl Stepper {
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
         // Decoding passes only: a prompt chunk's rows cost differently
         // (and a simulated target may not charge them at all).
-        let prompt_rows = self.seqs.iter().any(|s| s.rows > 0 && s.joining());
-        if let (Some(budget), false) = (&mut self.budget, prompt_rows) {
+        let prompt_rows = self.seqs.iter().filter(|s| s.joining()).map(|s| s.rows).sum();
+        if let (Some(budget), 0) = (&mut self.budget, prompt_rows) {
             budget.record(self.batch.len(), took);
         }
         self.last_pass = Some(Pass {
             rows: self.batch.len(),
+            prompt_rows,
             sequences: self.seqs.iter().filter(|s| s.rows > 0).count(),
             duration: took,
         });
