@@ -133,7 +133,9 @@ impl LogitNoise {
     /// batched passes wrote), after the same cached `tokens[..start]`, and
     /// compares every row ([`RowNoise`]). With `others` > 0, sequences
     /// `1..=others` evaluate tokens of their own in the same batches (1 to
-    /// 4 rows each, after caches of other lengths): a server's step. Every
+    /// 4 rows each, after caches of other lengths, every row's output read
+    /// as a decoding step reads a draft's: an engine may compute a pass
+    /// differently by its output rows): a server's step. Every
     /// sequence used is left empty.
     ///
     /// # Errors
@@ -362,7 +364,8 @@ impl Beside {
         Ok(())
     }
 
-    /// Appends each other sequence's rows for pass `c` (1 to 4 tokens; a
+    /// Appends each other sequence's rows for pass `c` (1 to 4 tokens,
+    /// outputs read as a decoding sequence's `[last] + draft` are; a
     /// sequence whose context would overflow restarts from its prefix
     /// first).
     fn rows<T: Target + ?Sized>(
@@ -379,7 +382,7 @@ impl Beside {
                 history.truncate(*prefix);
             }
             if history.len() + extra.len() <= self.context {
-                push_rows(batch, SeqId::new(seq), history.len(), &extra, false);
+                push_rows(batch, SeqId::new(seq), history.len(), &extra, true);
                 history.extend_from_slice(&extra);
             }
         }
