@@ -279,6 +279,25 @@ impl<'m> Decoder<'m> {
         c.decode_time += elapsed - prefill;
     }
 
+    /// The target, for measurements over every sequence
+    /// ([`cost`](crate::cost)): every slot must be idle, and each one's
+    /// cache is emptied in the stepper's view (its next request starts
+    /// from an empty cache).
+    pub(crate) fn idle_target(&mut self) -> Result<&mut LlamaTarget<'m>, Error> {
+        let slots = self.lanes.len();
+        if let Some(slot) = (0..slots).find(|&s| self.is_busy(s)) {
+            return Err(Error::Slot {
+                slot,
+                slots,
+                problem: "is busy",
+            });
+        }
+        for slot in 0..slots {
+            self.stepper.forget(SeqId::new(slot));
+        }
+        Ok(&mut self.target)
+    }
+
     /// The target, for measurements that bypass the stepper: each use
     /// empties `slot`'s cache in the stepper's view (see [`probe`]).
     pub(crate) fn target_for(&mut self, slot: usize) -> Result<&mut LlamaTarget<'m>, Error> {

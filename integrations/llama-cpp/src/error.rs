@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use selfspec::step::StepError;
+use selfspec::step::{MeasureError, StepError};
 
 /// Everything the engine, the loops and the command can report.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +121,9 @@ pub enum Error {
     /// The stepper failed in a way this version does not know.
     #[error("the stepper: {0}")]
     Step(String),
+    /// A measurement failed in a way this version does not know.
+    #[error("a measurement: {0}")]
+    Measure(String),
     /// The chat template could not be applied.
     #[error("the chat template: {0}")]
     Template(String),
@@ -167,6 +170,18 @@ impl From<StepError<Error>> for Error {
             StepError::Selfspec(e) => e.into(),
             // A variant added to selfspec later: its message.
             e => Error::Step(e.to_string()),
+        }
+    }
+}
+
+impl From<MeasureError<Error>> for Error {
+    /// The target's error as it was, selfspec's as [`From<selfspec::Error>`].
+    fn from(e: MeasureError<Error>) -> Error {
+        match e {
+            MeasureError::Target(e) => e,
+            MeasureError::Selfspec(e) => e.into(),
+            // A variant added to selfspec later: its message.
+            e => Error::Measure(e.to_string()),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use selfspec::Shared;
 use selfspec_conversations::{self as conv, cli, Conversation, Progress, Summary, Tally};
-use selfspec_llama_cpp::cost::{self, PassCost};
+use selfspec_llama_cpp::cost::{self, PassCurve};
 use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
 use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
 
@@ -28,17 +28,21 @@ struct Set {
     divergences: Vec<TurnDivergence>,
 }
 
-fn print_curve(cache: usize, curve: &[PassCost]) {
-    let t1 = curve.first().map_or(1e-9, |c| c.median.as_secs_f64());
-    println!("llama.cpp pass cost after a {cache}-token cache (median of 15):");
-    for c in curve {
+fn print_curve(curve: &PassCurve) {
+    let points = curve.points();
+    let t1 = points.first().map_or(1e-9, |c| c.median.as_secs_f64());
+    println!(
+        "llama.cpp pass cost after a {}-token cache (median of 15):",
+        curve.cache()
+    );
+    for c in points {
         let t = c.median.as_secs_f64();
         println!(
             "  {:>3} tokens: {:>7.2} ms  {:>5.2}x one token  {:>6.3} ms a token",
-            c.tokens,
+            c.rows,
             t * 1e3,
             t / t1,
-            t * 1e3 / c.tokens as f64
+            t * 1e3 / c.rows as f64
         );
     }
 }
@@ -146,8 +150,8 @@ fn run(args: &Args) -> Result<bool, Error> {
         for cache in [256, 2048, 4096] {
             let sizes = [1, 2, 4, 8, 16, 17, 32, 48, 63];
             let curve = cost::pass_cost_curve(&mut decoder, 0, cache, &sizes, 15)?;
-            print_curve(cache, &curve);
-            let c = cost::token_cost(1, curve[0].median, curve[5].median);
+            print_curve(&curve);
+            let c = curve.token_cost(1);
             println!("token cost (S = 1): {c:.3} = (t(17) - t(1)) / 16 / t(1)");
         }
         return Ok(true);

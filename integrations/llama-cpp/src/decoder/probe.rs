@@ -97,42 +97,8 @@ impl Decoder<'_> {
         Ok(out)
     }
 
-    /// Decodes `tokens` into idle `slot`'s cache after what it holds, in
-    /// chunks of the batch size; logits for every token of the last chunk
-    /// when `all_logits`, else for the last token only (read them with
-    /// [`Decoder::row`]). On an error the slot's cache is as before.
-    pub(crate) fn extend(
-        &mut self,
-        slot: usize,
-        tokens: &[u32],
-        all_logits: bool,
-    ) -> Result<(), Error> {
-        let batch = self.settings().batch;
-        let target = self.target_for(slot)?;
-        let start = target.cached(slot).len();
-        let n_chunks = tokens.len().div_ceil(batch);
-        for (c, chunk) in tokens.chunks(batch).enumerate() {
-            let last_chunk = c + 1 == n_chunks;
-            let pos0 = target.cached(slot).len();
-            let rows = chunk.iter().enumerate().map(|(i, &t)| {
-                let logits = last_chunk && (all_logits || i + 1 == chunk.len());
-                (slot, t, pos0 + i, logits)
-            });
-            if let Err(e) = target.decode_rows(rows) {
-                target.remove(slot, start)?;
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
     /// Removes idle `slot`'s KV positions from `from` on.
     pub(crate) fn truncate(&mut self, slot: usize, from: usize) -> Result<(), Error> {
         self.target_for(slot)?.remove(slot, from)
-    }
-
-    /// The logit row `i` of the last pass (a row that pass computed).
-    pub(crate) fn row(&self, i: usize) -> Result<&[f32], Error> {
-        self.target.row(i)
     }
 }

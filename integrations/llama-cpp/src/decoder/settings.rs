@@ -10,8 +10,9 @@ pub struct Settings {
     /// CPU threads llama.cpp uses.
     pub threads: usize,
     /// The most tokens one `llama_decode` call takes (llama.cpp's
-    /// `n_batch`): the measurement passes' limit
-    /// ([`Decoder::evaluate_batch`](crate::Decoder::evaluate_batch), [`cost`](crate::cost)).
+    /// `n_batch`): the limit of [`Decoder::evaluate_batch`](crate::Decoder::evaluate_batch)'s
+    /// passes. The stepper's passes and [`cost`](crate::cost)'s
+    /// measurements are [`step_tokens`](Settings::step_tokens) rows at most.
     pub batch: usize,
     /// The most tokens one step puts into its batch, all sequences together:
     /// the stepper's batch ([`selfspec::step::Shape::batch`]). Each decoding
