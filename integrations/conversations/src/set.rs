@@ -21,30 +21,6 @@ pub enum Cost {
     Fixed(f64),
 }
 
-impl Cost {
-    /// The token cost to give selfspec: `None` for [`Cost::Off`]; for
-    /// [`Cost::Auto`], `measured` (measured once with `measure` when it is
-    /// still `None`, then kept for the other sets).
-    ///
-    /// # Errors
-    ///
-    /// `measure`'s.
-    pub fn resolve<E>(
-        self,
-        measured: &mut Option<f64>,
-        measure: impl FnOnce() -> Result<f64, E>,
-    ) -> Result<Option<f64>, E> {
-        Ok(match self {
-            Cost::Off => None,
-            Cost::Fixed(x) => Some(x),
-            Cost::Auto => Some(match *measured {
-                Some(x) => x,
-                None => *measured.insert(measure()?),
-            }),
-        })
-    }
-}
-
 /// One drafting set compared with plain decoding: its name, drafting
 /// configuration, token cost, whether its drafts are paced, and its
 /// engine-wide memory ([`Shared`], one for the whole run: every request's
@@ -242,33 +218,5 @@ mod tests {
         }
         assert!(DraftSet::new(&["no-such".into()], None, None).is_err());
         assert!(DraftSet::new(&[], Some(2), Some(3)).is_err());
-    }
-
-    #[test]
-    fn auto_cost_is_measured_once() {
-        let mut measured = None;
-        let mut calls = 0;
-        let mut measure = || -> Result<f64, ()> {
-            calls += 1;
-            Ok(0.3)
-        };
-        assert_eq!(Cost::Off.resolve(&mut measured, &mut measure), Ok(None));
-        assert_eq!(
-            Cost::Fixed(0.1).resolve(&mut measured, &mut measure),
-            Ok(Some(0.1))
-        );
-        assert_eq!(
-            Cost::Auto.resolve(&mut measured, &mut measure),
-            Ok(Some(0.3))
-        );
-        assert_eq!(
-            Cost::Auto.resolve(&mut measured, &mut measure),
-            Ok(Some(0.3))
-        );
-        assert_eq!(calls, 1);
-        assert_eq!(
-            Cost::Auto.resolve(&mut None, || Err::<f64, &str>("no model")),
-            Err("no model")
-        );
     }
 }

@@ -9,21 +9,16 @@ mod args;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use selfspec::Shared;
-use selfspec_conversations::{self as conv, cli, Conversation, Progress, Summary, Tally};
+use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Summary, Tally};
 use selfspec_llama_cpp::cost::{self, PassCurve};
-use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
+use selfspec_llama_cpp::run::{self, TurnDivergence};
 use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
 
 use args::Args;
 
-/// One drafting set, ready to run.
+/// One drafting set, ready to run, and what it measured.
 struct Set {
-    label: String,
-    config: selfspec::Config,
-    shared: Shared,
-    token_cost: Option<f64>,
-    paced: bool,
+    set: DraftSet,
     tally: Tally,
     divergences: Vec<TurnDivergence>,
 }
@@ -54,35 +49,24 @@ fn kinds(conversations: &[Conversation]) -> Vec<String> {
     kinds
 }
 
+/// The drafting sets; an `auto` token cost is measured once, on `decoder`.
 fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error> {
-    let mut measured = None;
-    let mut sets = Vec::new();
-    for s in &args.common.sets {
-        let config = conv::config(&s.strategies, s.draft_max, s.draft_min)?;
-        let token_cost = s.cost.resolve(&mut measured, || {
-            let x = cost::measure_token_cost(decoder, args.parallel)?;
-            println!(
-                "measured token cost: {x:.3} (S = {}: (t(S + 16) - t(S)) / 16 / (t(S) / S) after a 256-token cache)",
-                args.parallel
-            );
-            Ok::<f64, Error>(x)
-        })?;
-        let mut label = conv::strategy_label(&s.strategies);
-        if let Some(c) = token_cost {
-            let paced = if s.paced { ", paced" } else { "" };
-            label = format!("{label} (cost {c:.3}{paced})");
-        }
-        sets.push(Set {
-            label,
-            shared: Shared::new(&config)?,
-            config,
-            token_cost,
-            paced: s.paced,
+    let sets = args.common.draft_sets(|| {
+        let x = cost::measure_token_cost(decoder, args.parallel)?;
+        println!(
+            "measured token cost: {x:.3} (S = {}: (t(S + 16) - t(S)) / 16 / (t(S) / S) after a 256-token cache)",
+            args.parallel
+        );
+        Ok::<f64, Error>(x)
+    })?;
+    Ok(sets
+        .into_iter()
+        .map(|set| Set {
+            set,
             tally: Tally::new(),
             divergences: Vec::new(),
-        });
-    }
-    Ok(sets)
+        })
+        .collect())
 }
 
 fn near_tie_bound(
@@ -181,25 +165,19 @@ fn run(args: &Args) -> Result<bool, Error> {
             tps(plain_generated, plain.decode_time),
         );
         for set in &mut sets {
-            let drafting = Drafting {
-                config: &set.config,
-                shared: &set.shared,
-                token_cost: set.token_cost,
-                paced: set.paced,
-            };
             let spec = run::decode_pass(
                 &mut decoder,
                 &convs,
                 args.common.max_tokens,
                 Some(&texts),
-                Some(&drafting),
+                Some(&set.set),
             )?;
             let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
             set.divergences.extend(d);
             let generated = generated_tokens(&spec);
             progress.pass(
                 &kind,
-                &set.label,
+                &set.set.label(),
                 turns,
                 generated,
                 tps(generated, spec.decode_time),
@@ -229,8 +207,9 @@ fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Erro
     let mut all: Vec<Summary> = Vec::new();
     let mut ok = true;
     for set in sets {
-        println!("\n{} (parallel {}):", set.label, args.parallel);
-        let rows = set.tally.summaries(&set.label, Some(args.parallel));
+        let label = set.set.label();
+        println!("\n{label} (parallel {}):", args.parallel);
+        let rows = set.tally.summaries(&label, Some(args.parallel));
         conv::print_table(&mut std::io::stdout(), &rows).map_err(|source| conv::Error::Io {
             path: "stdout".into(),
             source,

@@ -4,8 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use selfspec::{Config, Shared, Speculative};
-use selfspec_conversations::{compare, Conversation, Decoded, Divergence, Tally};
+use selfspec_conversations::{compare, Conversation, Decoded, Divergence, DraftSet, Tally};
 
 use crate::model::{Message, Role};
 use crate::{Decoder, Error, Finished, Reply};
@@ -22,20 +21,6 @@ pub struct Pass {
     pub decode_time: Duration,
 }
 
-/// How the speculative pass drafts.
-#[derive(Debug)]
-pub struct Drafting<'a> {
-    /// The drafting configuration.
-    pub config: &'a Config,
-    /// The engine-wide state every request drafts on.
-    pub shared: &'a Shared,
-    /// The token cost given to each request (`None`: the strategies' default).
-    pub token_cost: Option<f64>,
-    /// Whether drafts are paced ([`crate::Pacing`], from the token cost;
-    /// without a token cost, nothing is paced).
-    pub paced: bool,
-}
-
 struct Lane {
     conversation: usize,
     turn: usize,
@@ -47,7 +32,8 @@ struct Lane {
 /// history's replies are `history[c][t]` when given (the plain pass's
 /// replies, so that both modes see the same prompts), else the replies of
 /// this pass. With `drafting`, each request drafts with its own
-/// [`Speculative`] on `drafting.shared`.
+/// [`Speculative`](selfspec::Speculative) ([`DraftSet::speculative`]: the
+/// set's configuration and token cost, on its engine-wide memory).
 ///
 /// # Errors
 ///
@@ -59,7 +45,7 @@ pub fn decode_pass(
     conversations: &[&Conversation],
     max_tokens: usize,
     history: Option<&[Vec<String>]>,
-    drafting: Option<&Drafting<'_>>,
+    drafting: Option<&DraftSet>,
 ) -> Result<Pass, Error> {
     let model = decoder.model();
     decoder.clear()?;
@@ -77,8 +63,8 @@ pub fn decode_pass(
     let start_time = decoder.counters().decode_time;
     decoder.set_pacing(
         drafting
-            .filter(|d| d.paced)
-            .and_then(|d| d.token_cost)
+            .filter(|d| d.paced())
+            .and_then(DraftSet::token_cost)
             .map(crate::Pacing::new),
     );
     loop {
@@ -108,16 +94,7 @@ pub fn decode_pass(
                 let replies = history.map_or(&texts[c][..], |h| &h[c][..]);
                 let prompt =
                     model.chat_prompt(&messages(&conversations[c].turns[..=t], replies))?;
-                let spec = match drafting {
-                    Some(d) => {
-                        let mut s = Speculative::with_shared(d.config, d.shared)?;
-                        if let Some(cost) = d.token_cost {
-                            s.set_token_cost(cost)?;
-                        }
-                        Some(s)
-                    }
-                    None => None,
-                };
+                let spec = drafting.map(DraftSet::speculative).transpose()?;
                 match decoder.start(slot, &prompt, max_tokens, spec) {
                     Ok(()) => {}
                     Err(Error::PromptTooLong { .. }) => {
