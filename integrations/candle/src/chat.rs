@@ -148,17 +148,11 @@ impl<'a> Chat<'a> {
     }
 }
 
-/// A reply as the report counts it: decode passes and time after the
-/// prompt's pass.
+/// A reply as the report counts it ([`Decoded::from`]: forward passes as
+/// [`Reply::tau`] counts them, decode time after the first token).
 #[must_use]
 pub fn decoded(r: &Reply) -> Decoded {
-    Decoded {
-        generated: r.tokens.len(),
-        decode_time: r.decode_time,
-        forward_passes: r.decode_passes,
-        drafted: r.drafted,
-        accepted: r.accepted,
-    }
+    Decoded::from(r)
 }
 
 /// Where a speculative reply first differs from the plain one, judged by the

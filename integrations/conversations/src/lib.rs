@@ -4,19 +4,32 @@
 //! and one JSON format, so a script reads both engines' figures alike.
 //!
 //! ```
+//! use selfspec::step::{Reply, Stop};
 //! use selfspec_conversations::{compare, Decoded, Divergence, Tally};
 //! use std::time::Duration;
 //!
-//! let plain = Decoded { generated: 4, decode_time: Duration::from_millis(40), forward_passes: 4, ..Decoded::default() };
-//! let spec = Decoded { generated: 4, decode_time: Duration::from_millis(20), forward_passes: 2, drafted: 3, accepted: 2 };
-//! let divergence = compare(&[1, 2, 3, 4], &[5.0; 4], &[1, 2, 3, 4], 0.5);
+//! // Two replies of 4 tokens: plain in 4 passes, speculative in 2.
+//! let reply = |decode_passes, drafted, accepted, ms| Reply {
+//!     tokens: vec![1, 2, 3, 4],
+//!     margins: vec![5.0; 4],
+//!     prefill_passes: 1,
+//!     decode_passes,
+//!     drafted,
+//!     accepted,
+//!     stop: Stop::MaxTokens,
+//!     prefill_time: Duration::from_millis(10),
+//!     decode_time: Duration::from_millis(ms),
+//! };
+//! let (plain, spec) = (reply(3, 0, 0, 40), reply(1, 3, 2, 20));
+//! let divergence = compare(&plain.tokens, &plain.margins, &spec.tokens, 0.5);
 //! assert_eq!(divergence, Divergence::Identical);
 //!
 //! let mut tally = Tally::new();
-//! tally.add_turn("chat", &plain, &spec, &divergence);
+//! tally.add_turn("chat", &Decoded::from(&plain), &Decoded::from(&spec), &divergence);
 //! let rows = tally.summaries("recall", None);
 //! assert_eq!(rows.len(), 2); // "chat" and "all"
 //! assert!((rows[1].speedup - 2.0).abs() < 1e-9);
+//! assert_eq!(rows[1].tau, spec.tau());
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

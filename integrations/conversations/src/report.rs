@@ -6,24 +6,65 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use selfspec::step::Reply;
 use serde::Serialize;
 
 use crate::{Divergence, Error};
 
-/// One mode's decoding of one reply (or, for `decode_time`, of a batch).
+/// One mode's decoding of one reply (or, for `decode_time`, of a batch):
+/// the numbers of selfspec's [`Reply`] as the report sums them, made only
+/// from a `Reply` (`Decoded::from(&reply)`), so that every engine counts
+/// alike.
+///
+/// ```
+/// use selfspec::step::{Reply, Stop};
+/// use selfspec_conversations::Decoded;
+/// use std::time::Duration;
+///
+/// // 6 tokens: the first from the prompt's pass, the others in 2 decode passes.
+/// let reply = Reply {
+///     tokens: vec![5, 6, 7, 8, 9, 10],
+///     margins: vec![1.0; 6],
+///     prefill_passes: 1,
+///     decode_passes: 2,
+///     drafted: 4,
+///     accepted: 3,
+///     stop: Stop::MaxTokens,
+///     prefill_time: Duration::from_millis(5),
+///     decode_time: Duration::from_millis(20),
+/// };
+/// let d = Decoded::from(&reply);
+/// assert_eq!((d.generated, d.forward_passes), (6, 3));
+/// assert_eq!(d.generated as f64 / d.forward_passes as f64, reply.tau());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Decoded {
-    /// Generated tokens, the first (sampled from the prompt's pass) included.
+    /// Generated tokens, the first (chosen by the prompt's last pass) included.
     pub generated: usize,
-    /// Decoding time after the prompt's pass (prefill excluded), as
-    /// llama-server's `predicted_per_second` counts it.
+    /// Decoding time from the first token to the last (prefill excluded),
+    /// as llama-server's `predicted_per_second` counts it.
     pub decode_time: Duration,
-    /// Forward passes after the prompt's pass.
+    /// Forward passes as [`Reply::tau`] counts them: the pass that chose
+    /// the first token and each decode pass (`decode_passes + 1`), so that
+    /// the report's tau is the replies'.
     pub forward_passes: usize,
     /// Draft tokens sent to verification.
     pub drafted: usize,
     /// Draft tokens the model kept.
     pub accepted: usize,
+}
+
+impl From<&Reply> for Decoded {
+    fn from(r: &Reply) -> Decoded {
+        Decoded {
+            generated: r.tokens.len(),
+            decode_time: r.decode_time,
+            forward_passes: r.decode_passes + 1,
+            drafted: r.drafted,
+            accepted: r.accepted,
+        }
+    }
 }
 
 impl Decoded {
@@ -168,7 +209,9 @@ pub struct Summary {
     pub spec_tokens_per_s: f64,
     /// `spec_tokens_per_s / plain_tokens_per_s`.
     pub speedup: f64,
-    /// Speculative decoding's generated tokens per forward pass.
+    /// Speculative decoding's generated tokens per forward pass, the pass
+    /// that chose each reply's first token counted ([`Reply::tau`] over
+    /// all the replies).
     pub tau: f64,
     /// Accepted draft tokens over drafted ones (0 when nothing was drafted).
     pub acceptance: f64,
@@ -323,6 +366,8 @@ pub fn write_json(path: &Path, summaries: &[Summary]) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// A reply of `generated` tokens decoded in `ms` ms and `passes`
+    /// forward passes (the prompt's last one counted), as the report takes it.
     fn decoded(
         generated: usize,
         ms: u64,
@@ -330,13 +375,17 @@ mod tests {
         drafted: usize,
         accepted: usize,
     ) -> Decoded {
-        Decoded {
-            generated,
-            decode_time: Duration::from_millis(ms),
-            forward_passes: passes,
+        Decoded::from(&Reply {
+            tokens: vec![7; generated],
+            margins: vec![1.0; generated],
+            prefill_passes: 1,
+            decode_passes: passes - 1,
             drafted,
             accepted,
-        }
+            stop: selfspec::step::Stop::MaxTokens,
+            prefill_time: Duration::from_millis(1),
+            decode_time: Duration::from_millis(ms),
+        })
     }
 
     #[test]
@@ -397,6 +446,39 @@ mod tests {
         );
         assert!((all.plain_tokens_per_s - 200.0 / 3.0).abs() < 1e-9);
         assert_eq!(all.parallel, Some(4));
+    }
+
+    #[test]
+    fn tau_is_the_replies_tau() {
+        let reply = |tokens: usize, decode_passes: usize| Reply {
+            tokens: vec![3; tokens],
+            margins: vec![f32::NAN; tokens],
+            prefill_passes: 2,
+            decode_passes,
+            drafted: 0,
+            accepted: 0,
+            stop: selfspec::step::Stop::StopToken,
+            prefill_time: Duration::ZERO,
+            decode_time: Duration::from_millis(10),
+        };
+        // (tokens, decode passes): a plain reply, a speculative one, one
+        // that stopped at its first token.
+        for (n, passes) in [(10, 9), (10, 3), (1, 0)] {
+            let r = reply(n, passes);
+            let mut t = Tally::new();
+            let plain = Decoded::from(&reply(n, n - 1));
+            t.add_turn("chat", &plain, &Decoded::from(&r), &Divergence::Identical);
+            let all = &t.summaries("x", None)[1];
+            assert_eq!(all.tau, r.tau(), "{n} tokens in {passes} decode passes");
+            assert_eq!(all.plain_forward_passes, n);
+        }
+        // Summed over replies: all tokens over all passes.
+        let mut t = Tally::new();
+        for r in [reply(10, 3), reply(4, 1)] {
+            let d = Decoded::from(&r);
+            t.add_turn("chat", &d, &d, &Divergence::Identical);
+        }
+        assert_eq!(t.summaries("x", None)[1].tau, 14.0 / 6.0);
     }
 
     #[test]

@@ -172,20 +172,6 @@ fn messages<'a>(turns: &'a [String], replies: &'a [String]) -> Vec<Message<'a>> 
     m
 }
 
-/// The counts of one reply for the report: its forward passes as
-/// [`Reply::tau`] counts them (the pass that chose the first token and each
-/// decode pass), so that the report's tau is the replies'.
-#[must_use]
-pub fn decoded(reply: &Reply) -> Decoded {
-    Decoded {
-        generated: reply.tokens.len(),
-        decode_time: Duration::ZERO,
-        forward_passes: reply.decode_passes + 1,
-        drafted: reply.drafted,
-        accepted: reply.accepted,
-    }
-}
-
 /// One divergence between the plain and the speculative reply of a turn.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TurnDivergence {
@@ -215,7 +201,7 @@ pub fn tally_kind(
                 continue;
             };
             let d = compare(&p.tokens, &p.margins, &s.tokens, bound);
-            tally.add_counts(kind, &decoded(p), &decoded(s), &d);
+            tally.add_counts(kind, &Decoded::from(p), &Decoded::from(s), &d);
             if d.diverged() {
                 divergences.push(TurnDivergence {
                     id: conv.id.clone(),
