@@ -23,8 +23,9 @@ pub struct SetArgs {
     pub draft_min: Option<usize>,
     /// `--token-cost`.
     pub cost: Cost,
-    /// `--paced`: the set's drafts are paced (engines that pace: the
-    /// llama.cpp command).
+    /// Always false: [`parse`] refuses `--paced` (pacing drafts by the
+    /// speed-up so far was replaced by selfspec's draft budget); kept so
+    /// that commands checking it still build.
     pub paced: bool,
 }
 
@@ -60,8 +61,8 @@ impl CommonArgs {
     }
 
     /// The drafting sets, ready to run: each one's configuration and
-    /// memory, its token cost (`auto` measured once, with `measure`, only
-    /// if a set asks for it) and its pacing.
+    /// memory and its token cost (`auto` measured once, with `measure`,
+    /// only if a set asks for it).
     ///
     /// # Errors
     ///
@@ -72,7 +73,7 @@ impl CommonArgs {
     /// use selfspec_conversations::cli::parse;
     ///
     /// let args = parse(
-    ///     ["--next", "--token-cost", "0.5", "--paced", "--next", "--token-cost", "none"]
+    ///     ["--next", "--token-cost", "0.5", "--next", "--token-cost", "none"]
     ///         .map(String::from)
     ///         .into_iter(),
     ///     |_, _| Ok(false),
@@ -80,7 +81,7 @@ impl CommonArgs {
     /// .unwrap();
     /// let sets = args.draft_sets(|| Ok::<f64, selfspec::Error>(0.25))?;
     /// let labels: Vec<String> = sets.iter().map(|s| s.label()).collect();
-    /// assert_eq!(labels, ["recall (token cost 0.250)", "recall (token cost 0.500, paced)", "recall"]);
+    /// assert_eq!(labels, ["recall (token cost 0.250)", "recall (token cost 0.500)", "recall"]);
     /// # Ok::<(), selfspec::Error>(())
     /// ```
     pub fn draft_sets<E: From<selfspec::Error>>(
@@ -97,7 +98,7 @@ impl CommonArgs {
                 Cost::Fixed(x) => Some(x),
             };
             let set = DraftSet::new(&s.strategies, s.draft_max, s.draft_min)?;
-            sets.push(set.with_token_cost(cost)?.with_paced(s.paced));
+            sets.push(set.with_token_cost(cost)?);
         }
         Ok(sets)
     }
@@ -116,8 +117,6 @@ pub const COMMON_HELP: &str =
   --draft-max N, --draft-min N   draft limits of the set
   --token-cost auto|none|X  the set's token cost (default auto: measured from
                          the engine's pass times at start)
-  --paced                pace the set's drafts: stop threshold = token cost
-                         times the speed-up so far (llama.cpp command only)
   --next                 start another drafting set (the options above after
                          it belong to it); every set is compared with the
                          same plain decoding, turn by turn
@@ -197,7 +196,11 @@ fn common_option(a: &mut CommonArgs, name: &str, p: &mut lexopt::Parser) -> Resu
             set.draft_min = Some(n);
         }
         "--token-cost" => set.cost = cost(&value(p, name)?)?,
-        "--paced" => set.paced = true,
+        "--paced" => {
+            return Err(format!(
+                "{name}: no longer taken (selfspec's draft budget sizes the drafts)"
+            ))
+        }
         "--next" => a.sets.push(SetArgs::default()),
         "--near-tie" => a.near_tie = Some(near_tie(&value(p, name)?)?),
         "--json" => a.json = Some(value(p, name)?.into()),
@@ -306,7 +309,7 @@ mod tests {
 
     #[test]
     fn options_and_sets() {
-        let a = args("--max-tokens 64 --conversations a.jsonl b.jsonl:3 --strategy ngram-mod --draft-max 8 --next --token-cost 0.25 --paced --near-tie 0.5").unwrap();
+        let a = args("--max-tokens 64 --conversations a.jsonl b.jsonl:3 --strategy ngram-mod --draft-max 8 --next --token-cost 0.25 --near-tie 0.5").unwrap();
         assert_eq!(a.max_tokens, 64);
         assert_eq!(a.conversations.len(), 2);
         assert_eq!(a.sets.len(), 2);
@@ -314,7 +317,6 @@ mod tests {
         assert_eq!(a.sets[0].draft_max, Some(8));
         assert_eq!(a.sets[0].cost, Cost::Auto);
         assert_eq!(a.sets[1].cost, Cost::Fixed(0.25));
-        assert!(!a.sets[0].paced && a.sets[1].paced);
         assert_eq!(a.near_tie, Some(0.5));
     }
 
@@ -339,6 +341,7 @@ mod tests {
             ("--strategy no-such", "no-such"),
             ("--draft-max 4 --draft-min 5", "draft_min"),
             ("--next --strategy ngram-simple:n=0", "ngram-simple"),
+            ("--paced", "--paced: no longer taken"),
         ];
         for (line, want) in cases {
             let e = args(line).unwrap_err();
@@ -366,7 +369,7 @@ mod tests {
 
     #[test]
     fn sets_are_measured_once_and_only_when_asked() {
-        let line = "--next --token-cost none --next --token-cost 0.5 --paced --next";
+        let line = "--next --token-cost none --next --token-cost 0.5 --next";
         let a = args(line).unwrap();
         let mut calls = 0;
         let sets = a
@@ -378,7 +381,6 @@ mod tests {
         assert_eq!(calls, 1);
         let costs: Vec<Option<f64>> = sets.iter().map(DraftSet::token_cost).collect();
         assert_eq!(costs, [Some(0.125), None, Some(0.5), Some(0.125)]);
-        assert!(sets[2].paced() && !sets[3].paced());
         let fixed = args("--token-cost none --next --token-cost 0.1").unwrap();
         let sets = fixed.draft_sets(|| -> Result<f64, selfspec::Error> { panic!("measured") });
         assert_eq!(sets.unwrap().len(), 2);

@@ -1,6 +1,5 @@
 //! A drafting set: the strategies an engine command compares with plain
-//! decoding, with their draft limits, token cost, pacing and engine-wide
-//! memory.
+//! decoding, with their draft limits, token cost and engine-wide memory.
 
 use selfspec::{Config, Shared, Speculative};
 
@@ -22,8 +21,7 @@ pub enum Cost {
 }
 
 /// One drafting set compared with plain decoding: its name, drafting
-/// configuration, token cost, whether its drafts are paced, and its
-/// engine-wide memory ([`Shared`], one for the whole run: every request's
+/// configuration, token cost and its engine-wide memory ([`Shared`], one for the whole run: every request's
 /// [`Speculative`] shares it).
 ///
 /// ```
@@ -42,7 +40,6 @@ pub struct DraftSet {
     limits: bool,
     config: Config,
     token_cost: Option<f64>,
-    paced: bool,
     shared: Shared,
 }
 
@@ -50,7 +47,7 @@ impl DraftSet {
     /// The set of `--strategy` values as the replay tool takes them
     /// (`NAME[:key=value,...]`; several form a chain; none is
     /// [`Config::recommended`]) and the optional `--draft-max` /
-    /// `--draft-min` ([`config`](crate::config)); no token cost, not paced.
+    /// `--draft-min` ([`config`](crate::config)); no token cost.
     ///
     /// # Errors
     ///
@@ -69,8 +66,7 @@ impl DraftSet {
         Ok(set)
     }
 
-    /// The set of `config`, named `name` in the report; no token cost, not
-    /// paced.
+    /// The set of `config`, named `name` in the report; no token cost.
     ///
     /// # Errors
     ///
@@ -82,7 +78,6 @@ impl DraftSet {
             limits: false,
             config,
             token_cost: None,
-            paced: false,
             shared,
         })
     }
@@ -101,16 +96,9 @@ impl DraftSet {
         Ok(self)
     }
 
-    /// The set with its drafts paced (`--paced`, for the engines that pace).
-    #[must_use]
-    pub fn with_paced(mut self, paced: bool) -> DraftSet {
-        self.paced = paced;
-        self
-    }
-
     /// Its name in the report: the strategies joined by `+`, then in
-    /// parentheses the draft limits (when given), the token cost and
-    /// `paced` (when set): `recall (token cost 0.130, paced)`.
+    /// parentheses the draft limits (when given) and the token cost:
+    /// `recall (draft 0..=16, token cost 0.130)`.
     #[must_use]
     pub fn label(&self) -> String {
         let mut parts = Vec::new();
@@ -120,9 +108,6 @@ impl DraftSet {
         }
         if let Some(c) = self.token_cost {
             parts.push(format!("token cost {c:.3}"));
-        }
-        if self.paced {
-            parts.push("paced".to_string());
         }
         if parts.is_empty() {
             self.name.clone()
@@ -149,12 +134,6 @@ impl DraftSet {
         self.token_cost
     }
 
-    /// Whether its drafts are paced.
-    #[must_use]
-    pub fn paced(&self) -> bool {
-        self.paced
-    }
-
     /// A drafter for one request: the configuration on the set's
     /// [`Shared`], with its token cost.
     ///
@@ -178,29 +157,27 @@ mod tests {
     fn labels_say_what_differs_from_the_defaults() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let cases = [
-            (DraftSet::new(&[], None, None), None, false, "recall"),
+            (DraftSet::new(&[], None, None), None, "recall"),
             (
                 DraftSet::new(&[], None, None),
                 Some(0.13),
-                true,
-                "recall (token cost 0.130, paced)",
+                "recall (token cost 0.130)",
             ),
             (
                 DraftSet::new(&s(&["ngram-simple", "ngram-map-k"]), None, Some(2)),
                 None,
-                false,
                 "ngram-simple+ngram-map-k (draft 2..=16)",
             ),
-            (DraftSet::new(&[], None, None), None, true, "recall (paced)"),
+            (
+                DraftSet::new(&s(&["ngram-mod"]), Some(8), None),
+                Some(0.5),
+                "ngram-mod (draft 0..=8, token cost 0.500)",
+            ),
         ];
-        for (set, cost, paced, want) in cases {
-            let set = set
-                .unwrap()
-                .with_token_cost(cost)
-                .unwrap()
-                .with_paced(paced);
+        for (set, cost, want) in cases {
+            let set = set.unwrap().with_token_cost(cost).unwrap();
             assert_eq!(set.label(), want);
-            assert_eq!((set.token_cost(), set.paced()), (cost, paced));
+            assert_eq!(set.token_cost(), cost);
         }
     }
 

@@ -14,6 +14,10 @@ pub fn help() -> String {
                          a turn whose prompt does not fit is skipped, counted
   --flash-attn on|off    llama.cpp's flash attention (default off: slower on
                          CPUs for passes under 64 tokens)
+  --budget on|off        selfspec's draft budget (default on): each pass keeps
+                         the drafted tokens that pay for their rows, from pass
+                         times learned as it decodes (it sets the token cost);
+                         off: each set's drafts as its drafter sizes them
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -33,12 +37,14 @@ pub struct Args {
     pub context: usize,
     pub pass_cost: bool,
     pub flash_attention: bool,
+    /// `--budget`: whether selfspec's draft budget sizes the drafts.
+    pub budget: bool,
 }
 
 /// Parses the arguments after the program's name.
 pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut parallel, mut threads, mut context) = (1, None, 8192);
-    let (mut pass_cost, mut flash_attention) = (false, false);
+    let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
     let common = cli::parse(it, |option, value| {
         match option {
             "--parallel" => {
@@ -50,13 +56,8 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--threads" => threads = Some(cli::positive(option, &value(option)?)?),
             "--context" => context = cli::positive(option, &value(option)?)?,
             "--pass-cost" => pass_cost = true,
-            "--flash-attn" => {
-                flash_attention = match value(option)?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    v => return Err(format!("--flash-attn: {v:?} is not on or off")),
-                }
-            }
+            "--flash-attn" => flash_attention = on_off(option, &value(option)?)?,
+            "--budget" => budget = on_off(option, &value(option)?)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -68,5 +69,15 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         context,
         pass_cost,
         flash_attention,
+        budget,
     })
+}
+
+/// `on` or `off` as a bool, or a message naming `option`.
+fn on_off(option: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        v => Err(format!("{option}: {v:?} is not on or off")),
+    }
 }

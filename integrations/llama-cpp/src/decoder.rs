@@ -3,21 +3,20 @@
 //! every live sequence's rows (`[last] + draft`, or a prompt chunk).
 //!
 //! The stepper drafts, verifies, commits, rolls the KV cache back and ends
-//! requests; this adapter starts requests, paces drafts, counts passes and
-//! splits their time between prefill and decoding.
+//! requests, and (by default) sizes every step's drafts with its draft
+//! budget; this adapter starts requests, counts passes and splits their
+//! time between prefill and decoding.
 
 use std::time::{Duration, Instant};
 
-use selfspec::step::{Decode, Finished, SeqId, Stepper};
+use selfspec::step::{Decode, Finished, PassTimes, SeqId, Stepper};
 use selfspec::Speculative;
 
-mod pacing;
 mod probe;
 mod settings;
 
 use crate::target::setting;
 use crate::{Error, LlamaTarget, Model};
-pub use pacing::Pacing;
 pub use settings::Settings;
 
 /// Decode counters of a decoder since it was made (or
@@ -42,24 +41,15 @@ pub struct Counters {
     pub prefill_time: Duration,
 }
 
-/// Where a sequence's request is, as the adapter sees it.
-#[derive(Clone, Copy, Debug, Default)]
-struct Lane {
-    /// Its first token is out: its rows are decoding rows.
-    decoding: bool,
-    /// It drafts (it has a [`Speculative`]).
-    drafting: bool,
-}
-
 /// S sequences of one llama.cpp context, decoded in one batch a step by a
 /// [`Stepper`].
 pub struct Decoder<'m> {
     target: LlamaTarget<'m>,
     stepper: Stepper,
     counters: Counters,
-    /// Each drafting sequence's stop threshold, when paced.
-    pacing: Option<Pacing>,
-    lanes: Vec<Lane>,
+    /// Whether each slot's request has its first token: its rows are
+    /// decoding rows.
+    decoding: Vec<bool>,
     /// Tokens each sequence got in the last step.
     got: Vec<usize>,
 }
@@ -76,22 +66,49 @@ impl std::fmt::Debug for Decoder<'_> {
 impl<'m> Decoder<'m> {
     /// A context of `settings.sequences` sequences of `settings.context`
     /// tokens each on `model`, and a stepper over it that ends replies at
-    /// the model's end-of-generation tokens.
+    /// the model's end-of-generation tokens and sizes every step's drafts
+    /// with selfspec's draft budget
+    /// ([`Stepper::with_budget`], from [`PassTimes::new`]: pass times
+    /// learned from the decoder's own passes; see
+    /// [`with_budget`](Decoder::with_budget) to seed it or turn it off).
     ///
     /// # Errors
     ///
     /// As [`LlamaTarget::new`].
     pub fn new(model: &'m Model, settings: Settings) -> Result<Decoder<'m>, Error> {
         let target = LlamaTarget::new(model, settings)?;
-        let stepper = Stepper::new(&target)?.with_stop_tokens(&model.end_tokens());
+        let stepper = stepper(&target, Some(PassTimes::new()))?;
         Ok(Decoder {
             target,
             stepper,
             counters: Counters::default(),
-            pacing: None,
-            lanes: vec![Lane::default(); settings.sequences],
+            decoding: vec![false; settings.sequences],
             got: vec![0; settings.sequences],
         })
+    }
+
+    /// The decoder with the draft budget on `times` (a [`PassTimes`],
+    /// possibly seeded with a measured [`PassCurve`](selfspec::step::PassCurve)),
+    /// or off (`None`: each request's drafter sizes its own drafts, with the
+    /// token cost it was given). Requests in flight are dropped and every
+    /// slot's cache is emptied.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KvCache`] if llama.cpp refuses to empty a cache.
+    pub fn with_budget(mut self, times: Option<PassTimes>) -> Result<Decoder<'m>, Error> {
+        for slot in 0..self.decoding.len() {
+            self.target.remove(slot, 0)?;
+        }
+        self.stepper = stepper(&self.target, times)?;
+        self.decoding.fill(false);
+        Ok(self)
+    }
+
+    /// The draft budget's pass-time model, when the budget is on.
+    #[must_use]
+    pub fn pass_times(&self) -> Option<&PassTimes> {
+        self.stepper.pass_times()
     }
 
     /// The settings it was made with.
@@ -117,22 +134,13 @@ impl<'m> Decoder<'m> {
         self.counters = Counters::default();
     }
 
-    /// Paces every drafting sequence's drafts from the next step on
-    /// (`None`: each keeps the token cost its [`Speculative`] was given).
-    /// With pacing, each step sets every drafting sequence's stop threshold
-    /// ([`Speculative::set_token_cost`]) to what [`Pacing::threshold`] says
-    /// after the steps so far, before it drafts.
-    pub fn set_pacing(&mut self, pacing: Option<Pacing>) {
-        self.pacing = pacing;
-    }
-
     /// Empties the KV cache of every idle slot now.
     ///
     /// # Errors
     ///
     /// [`Error::KvCache`] if llama.cpp refuses a removal.
     pub fn clear(&mut self) -> Result<(), Error> {
-        for slot in 0..self.lanes.len() {
+        for slot in 0..self.decoding.len() {
             if !self.is_busy(slot) {
                 self.truncate(slot, 0)?;
             }
@@ -193,13 +201,9 @@ impl<'m> Decoder<'m> {
         spec: Option<Speculative>,
     ) -> Result<(), Error> {
         setting("max_tokens", max_tokens, max_tokens > 0, "at least 1")?;
-        let drafting = spec.is_some();
         let decode = Decode::greedy(max_tokens);
         self.stepper.start(SeqId::new(slot), prompt, decode, spec)?;
-        self.lanes[slot] = Lane {
-            decoding: false,
-            drafting,
-        };
+        self.decoding[slot] = false;
         Ok(())
     }
 
@@ -215,14 +219,6 @@ impl<'m> Decoder<'m> {
     /// with rows in the pass ends ([`selfspec::step::Stop::Failed`], in
     /// `finished`) and its cache is emptied; the others go on.
     pub fn step(&mut self, finished: &mut Vec<Finished>) -> Result<(), Error> {
-        if let Some(p) = self.pacing {
-            let cost = p.threshold();
-            for slot in 0..self.lanes.len() {
-                if let Some(spec) = self.stepper.speculative_mut(SeqId::new(slot)) {
-                    spec.set_token_cost(cost)?;
-                }
-            }
-        }
         self.target.clear_rows();
         let t = Instant::now();
         let result = self.stepper.step(&mut self.target);
@@ -233,29 +229,23 @@ impl<'m> Decoder<'m> {
         }
         self.account(elapsed);
         for f in self.stepper.finished() {
-            self.lanes[f.seq.index()] = Lane::default();
+            self.decoding[f.seq.index()] = false;
             finished.push(f);
         }
         result.map_err(Error::from)
     }
 
-    /// Counts the last step and splits its time; records each drafting
-    /// slot's draft and accepted tokens for pacing.
+    /// Counts the last step and splits its time.
     fn account(&mut self, elapsed: Duration) {
         let (mut prompt_rows, mut decode_rows) = (0, 0);
-        for (slot, lane) in self.lanes.iter_mut().enumerate() {
-            let (rows, outputs) = self.target.last_rows(slot);
-            if !lane.decoding {
+        for (slot, decoding) in self.decoding.iter_mut().enumerate() {
+            let (rows, _) = self.target.last_rows(slot);
+            if *decoding {
+                decode_rows += rows;
+            } else {
                 prompt_rows += rows;
                 // The prompt's last chunk chose the first token.
-                lane.decoding = self.got[slot] > 0;
-                continue;
-            }
-            decode_rows += rows;
-            if let (Some(p), true, true) = (&mut self.pacing, lane.drafting, outputs > 0) {
-                // rows `[last] + draft`; the step's tokens: the accepted
-                // ones and one more (fewer when the reply ended in them).
-                p.record(outputs - 1, self.got[slot].saturating_sub(1));
+                *decoding = self.got[slot] > 0;
             }
         }
         let c = &mut self.counters;
@@ -284,7 +274,7 @@ impl<'m> Decoder<'m> {
     /// cache is emptied in the stepper's view (its next request starts
     /// from an empty cache).
     pub(crate) fn idle_target(&mut self) -> Result<&mut LlamaTarget<'m>, Error> {
-        let slots = self.lanes.len();
+        let slots = self.decoding.len();
         if let Some(slot) = (0..slots).find(|&s| self.is_busy(s)) {
             return Err(Error::Slot {
                 slot,
@@ -301,7 +291,7 @@ impl<'m> Decoder<'m> {
     /// The target, for measurements that bypass the stepper: each use
     /// empties `slot`'s cache in the stepper's view (see [`probe`]).
     pub(crate) fn target_for(&mut self, slot: usize) -> Result<&mut LlamaTarget<'m>, Error> {
-        let slots = self.lanes.len();
+        let slots = self.decoding.len();
         if slot >= slots || self.is_busy(slot) {
             return Err(Error::Slot {
                 slot,
@@ -318,4 +308,14 @@ impl<'m> Decoder<'m> {
         self.stepper.forget(SeqId::new(slot));
         Ok(&mut self.target)
     }
+}
+
+/// A stepper over `target` that ends replies at the model's
+/// end-of-generation tokens, with the draft budget on `times` when given.
+fn stepper(target: &LlamaTarget<'_>, times: Option<PassTimes>) -> Result<Stepper, Error> {
+    let stepper = Stepper::new(target)?.with_stop_tokens(&target.model().end_tokens());
+    Ok(match times {
+        Some(times) => stepper.with_budget(times),
+        None => stepper,
+    })
 }

@@ -11,8 +11,11 @@
 //! live sequence's `[last] + draft` (or its prompt's next chunk) into one
 //! batch, decodes once, and the stepper verifies each sequence greedily,
 //! removes its rejected positions and tells its [`selfspec::Speculative`]
-//! how many were kept. A slot without a `Speculative` decodes plainly, one
-//! token a step: the baseline, in the same engine.
+//! how many were kept. Its draft budget (on by default,
+//! [`Decoder::with_budget`]) keeps, of every drafted token in the batch,
+//! those that pay for their rows, from the pass times it measures as it
+//! decodes. A slot without a `Speculative` decodes plainly, one token a
+//! step: the baseline, in the same engine.
 //!
 //! ```no_run
 //! use selfspec::{Config, Shared, Speculative};
@@ -43,7 +46,7 @@ mod model;
 pub mod run;
 mod target;
 
-pub use decoder::{Counters, Decoder, Pacing, Settings};
+pub use decoder::{Counters, Decoder, Settings};
 pub use error::Error;
 pub use model::{Message, Model, Role};
 pub use selfspec::step::{Finished, Reply, Stop};

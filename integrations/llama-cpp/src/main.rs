@@ -117,6 +117,9 @@ fn run(args: &Args) -> Result<bool, Error> {
         flash_attention: args.flash_attention,
     };
     let mut decoder = Decoder::new(&model, settings)?;
+    if !args.budget {
+        decoder = decoder.with_budget(None)?;
+    }
     println!(
         "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}",
         path.display(),
@@ -128,6 +131,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         settings.threads,
         if settings.flash_attention { "on" } else { "off" }
     );
+    println!("draft budget: {}", if args.budget { "on" } else { "off" });
     if args.pass_cost {
         // Conversations' caches grow to thousands of tokens (code edits):
         // a pass's cost is measured at several lengths, not only 256.

@@ -61,12 +61,6 @@ pub fn decode_pass(
     let mut lanes: Vec<Option<Lane>> = (0..decoder.settings().sequences).map(|_| None).collect();
     let mut finished: Vec<Finished> = Vec::new();
     let start_time = decoder.counters().decode_time;
-    decoder.set_pacing(
-        drafting
-            .filter(|d| d.paced())
-            .and_then(DraftSet::token_cost)
-            .map(crate::Pacing::new),
-    );
     loop {
         for (slot, lane) in lanes.iter_mut().enumerate() {
             while lane.is_none() || !decoder.is_busy(slot) {
