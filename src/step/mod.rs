@@ -281,7 +281,8 @@ impl Stepper {
             s.cut_to = Some(keep.min(s.cut_to.unwrap_or(keep)));
             s.cached = keep;
         }
-        s.live = Some(Live::new(prompt.len(), decode, spec));
+        let draft = std::mem::take(&mut s.spare);
+        s.live = Some(Live::new(prompt.len(), decode, spec, draft));
         Ok(())
     }
 

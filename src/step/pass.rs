@@ -49,7 +49,12 @@ impl Stepper {
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
         // Decoding passes only: a prompt chunk's rows cost differently
         // (and a simulated target may not charge them at all).
-        let prompt_rows = self.seqs.iter().filter(|s| s.joining()).map(|s| s.rows).sum();
+        let prompt_rows = self
+            .seqs
+            .iter()
+            .filter(|s| s.joining())
+            .map(|s| s.rows)
+            .sum();
         if let (Some(budget), 0) = (&mut self.budget, prompt_rows) {
             budget.record(self.batch.len(), took);
         }
@@ -223,6 +228,7 @@ impl Stepper {
             let Some(mut live) = s.live.take() else {
                 continue;
             };
+            s.spare = std::mem::take(&mut live.draft);
             // end of request: the tokens join the engine-wide memory.
             if let Some(spec) = &mut live.spec {
                 spec.end_request();

@@ -54,7 +54,8 @@ impl Stepper {
                 s.cut_to = Some(0);
                 s.cached = 0;
             }
-            s.live = Some(Live::new(0, decode, spec));
+            let draft = std::mem::take(&mut s.spare);
+            s.live = Some(Live::new(0, decode, spec, draft));
         } else {
             self.start(seq, history, decode, spec)?;
         }

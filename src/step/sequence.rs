@@ -24,6 +24,8 @@ pub(super) struct Sequence {
     pub cut_to: Option<usize>,
     /// Rows in this step's batch.
     pub rows: usize,
+    /// The draft buffer of the last request, for the next one's.
+    pub spare: Vec<Token>,
     /// The request in flight.
     pub live: Option<Live>,
 }
@@ -64,7 +66,13 @@ pub(super) struct Live {
 }
 
 impl Live {
-    pub(super) fn new(prompt_len: usize, decode: Decode, spec: Option<Speculative>) -> Live {
+    pub(super) fn new(
+        prompt_len: usize,
+        decode: Decode,
+        spec: Option<Speculative>,
+        mut draft: Vec<Token>,
+    ) -> Live {
+        draft.clear();
         let seed = match decode.sampling {
             Sampling::Greedy => 0,
             Sampling::Random(s) => s.seed,
@@ -78,7 +86,7 @@ impl Live {
             // Mixed first: the generator's first draws from nearby seeds
             // (a client's seeds 1, 2, 3, ...) are correlated.
             rng: fastrand::Rng::with_seed(crate::index::hash::mix(seed)),
-            draft: Vec::new(),
+            draft,
             out_row: None,
             started: Instant::now(),
             first_token: None,
