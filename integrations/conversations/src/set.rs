@@ -141,7 +141,25 @@ impl DraftSet {
     ///
     /// selfspec's error when it cannot build it.
     pub fn speculative(&self) -> Result<Speculative, Error> {
-        let mut spec = Speculative::with_shared(&self.config, &self.shared)?;
+        self.drafter(&self.shared)
+    }
+
+    /// A drafter for one request on scope `scope` of the set's memory
+    /// ([`Shared::scope`]: its own memory and learned calibration, the
+    /// engine's budget shared; `""` is the default scope, the one
+    /// [`speculative`](DraftSet::speculative) drafts on), with the set's
+    /// token cost. Requests of one application in one scope do not carry
+    /// what they teach into another application's.
+    ///
+    /// # Errors
+    ///
+    /// selfspec's error when it cannot build it.
+    pub fn speculative_in(&self, scope: &str) -> Result<Speculative, Error> {
+        self.drafter(&self.shared.scope(scope))
+    }
+
+    fn drafter(&self, shared: &Shared) -> Result<Speculative, Error> {
+        let mut spec = Speculative::with_shared(&self.config, shared)?;
         if let Some(cost) = self.token_cost {
             spec.set_token_cost(cost)?;
         }
@@ -194,6 +212,24 @@ mod tests {
             assert!(e.unwrap_err().to_string().contains("token cost"), "{bad}");
         }
         assert!(DraftSet::new(&["no-such".into()], None, None).is_err());
+    }
+
+    #[test]
+    fn a_scope_keeps_its_requests_memory_to_itself() {
+        let set = DraftSet::new(&[], None, None).unwrap();
+        let text: Vec<u32> = (0..64).map(|i| (i * 7 + 3) % 50).collect();
+        let mut chat = set.speculative_in("chat").unwrap();
+        chat.begin(&text);
+        chat.end_request();
+        let held = |scope: &str| set.shared().scope(scope).stats().memory_tokens;
+        assert_eq!(held("chat"), 64);
+        assert_eq!(held("code"), 0);
+        assert_eq!(set.shared().stats().memory_tokens, 0);
+        let mut plain = set.speculative().unwrap();
+        plain.begin(&text[..10]);
+        plain.end_request();
+        assert_eq!(set.shared().stats().memory_tokens, 10);
+        assert_eq!(held("chat"), 64);
         assert!(DraftSet::new(&[], Some(2), Some(3)).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! ([`selfspec_conversations::cli`]) and llama.cpp's own.
 
 use selfspec_conversations::cli::{self, CommonArgs};
+use selfspec_llama_cpp::run::Scopes;
 
 /// `--help`'s text.
 pub fn help() -> String {
@@ -18,6 +19,9 @@ pub fn help() -> String {
                          the drafted tokens that pay for their rows, from pass
                          times learned as it decodes (it sets the token cost);
                          off: each set's drafts as its drafter sizes them
+  --scopes kind|none     kind (default): each kind of conversation (chat, code,
+                         code-edit) drafts on its own scope of a set's memory,
+                         learning its own calibration; none: one for all
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -39,12 +43,15 @@ pub struct Args {
     pub flash_attention: bool,
     /// `--budget`: whether selfspec's draft budget sizes the drafts.
     pub budget: bool,
+    /// `--scopes`: which scope of a set's memory each conversation drafts on.
+    pub scopes: Scopes,
 }
 
 /// Parses the arguments after the program's name.
 pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut parallel, mut threads, mut context) = (1, None, 8192);
     let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
+    let mut scopes = Scopes::Kind;
     let common = cli::parse(it, |option, value| {
         match option {
             "--parallel" => {
@@ -58,6 +65,13 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--pass-cost" => pass_cost = true,
             "--flash-attn" => flash_attention = on_off(option, &value(option)?)?,
             "--budget" => budget = on_off(option, &value(option)?)?,
+            "--scopes" => {
+                scopes = match value(option)?.as_str() {
+                    "kind" => Scopes::Kind,
+                    "none" => Scopes::None,
+                    v => return Err(format!("{option}: {v:?} is not kind or none")),
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -70,6 +84,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         pass_cost,
         flash_attention,
         budget,
+        scopes,
     })
 }
 

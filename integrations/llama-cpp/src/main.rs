@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Summary, Tally};
 use selfspec_llama_cpp::cost::{self, PassCurve};
-use selfspec_llama_cpp::run::{self, TurnDivergence};
+use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
 use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
 
 use args::Args;
@@ -174,7 +174,10 @@ fn run(args: &Args) -> Result<bool, Error> {
                 &convs,
                 args.common.max_tokens,
                 Some(&texts),
-                Some(&set.set),
+                Some(&Drafting {
+                    set: &set.set,
+                    scopes: args.scopes,
+                }),
             )?;
             let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
             set.divergences.extend(d);

@@ -21,6 +21,42 @@ pub struct Pass {
     pub decode_time: Duration,
 }
 
+/// Which part of a set's engine-wide memory a conversation drafts on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scopes {
+    /// The scope of its kind (`chat`, `code`, `code-edit`:
+    /// [`Shared::scope`](selfspec::Shared::scope)): each kind of traffic
+    /// learns its own memory and calibration, as an engine serving several
+    /// applications keeps them apart.
+    #[default]
+    Kind,
+    /// The set's default scope, one for every conversation.
+    None,
+}
+
+/// How the speculative pass drafts: a set, and the scope of each request.
+#[derive(Clone, Copy, Debug)]
+pub struct Drafting<'a> {
+    /// The drafting configuration, token cost and engine-wide memory.
+    pub set: &'a DraftSet,
+    /// Which scope of the set's memory each conversation drafts on.
+    pub scopes: Scopes,
+}
+
+impl Drafting<'_> {
+    /// A drafter for one request of a conversation of `kind`.
+    ///
+    /// # Errors
+    ///
+    /// selfspec's, for a configuration or token cost it rejects.
+    pub fn speculative(&self, kind: &str) -> Result<selfspec::Speculative, Error> {
+        Ok(match self.scopes {
+            Scopes::Kind => self.set.speculative_in(kind)?,
+            Scopes::None => self.set.speculative()?,
+        })
+    }
+}
+
 struct Lane {
     conversation: usize,
     turn: usize,
@@ -32,8 +68,9 @@ struct Lane {
 /// history's replies are `history[c][t]` when given (the plain pass's
 /// replies, so that both modes see the same prompts), else the replies of
 /// this pass. With `drafting`, each request drafts with its own
-/// [`Speculative`](selfspec::Speculative) ([`DraftSet::speculative`]: the
-/// set's configuration and token cost, on its engine-wide memory).
+/// [`Speculative`](selfspec::Speculative) ([`Drafting::speculative`]: the
+/// set's configuration and token cost, on its engine-wide memory's scope
+/// for the conversation's kind, or its default scope).
 ///
 /// # Errors
 ///
@@ -45,7 +82,7 @@ pub fn decode_pass(
     conversations: &[&Conversation],
     max_tokens: usize,
     history: Option<&[Vec<String>]>,
-    drafting: Option<&DraftSet>,
+    drafting: Option<&Drafting<'_>>,
 ) -> Result<Pass, Error> {
     let model = decoder.model();
     decoder.clear()?;
@@ -88,7 +125,8 @@ pub fn decode_pass(
                 let replies = history.map_or(&texts[c][..], |h| &h[c][..]);
                 let prompt =
                     model.chat_prompt(&messages(&conversations[c].turns[..=t], replies))?;
-                let spec = drafting.map(DraftSet::speculative).transpose()?;
+                let kind = &conversations[c].kind;
+                let spec = drafting.map(|d| d.speculative(kind)).transpose()?;
                 match decoder.start(slot, &prompt, max_tokens, spec) {
                     Ok(()) => {}
                     Err(Error::PromptTooLong { .. }) => {

@@ -7,7 +7,7 @@ mod common;
 use selfspec::Config;
 use selfspec_conversations::{compare, Conversation, Divergence, DraftSet};
 use selfspec_llama_cpp::cost::calibrate;
-use selfspec_llama_cpp::run::{cache_reach, decode_pass, reply_texts};
+use selfspec_llama_cpp::run::{cache_reach, decode_pass, reply_texts, Drafting, Scopes};
 use selfspec_llama_cpp::{Decoder, Message, Model, Role};
 
 const MAX_TOKENS: usize = 128;
@@ -45,10 +45,14 @@ fn same_replies_fewer_passes(sequences: usize) {
     let plain_steps = decoder.counters().steps;
     let texts = reply_texts(&decoder, &plain);
 
-    let drafting = DraftSet::from_config("recall", Config::recommended())
+    let set = DraftSet::from_config("recall", Config::recommended())
         .unwrap()
         .with_token_cost(Some(0.05))
         .unwrap();
+    let drafting = Drafting {
+        set: &set,
+        scopes: Scopes::Kind,
+    };
     decoder.reset_counters();
     let spec = decode_pass(
         &mut decoder,
