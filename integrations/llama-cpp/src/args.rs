@@ -1,6 +1,8 @@
 //! The command's arguments: the engine commands' shared options
 //! ([`selfspec_conversations::cli`]) and llama.cpp's own.
 
+use std::path::PathBuf;
+
 use selfspec_conversations::cli::{self, CommonArgs};
 use selfspec_llama_cpp::run::Scopes;
 
@@ -22,6 +24,9 @@ pub fn help() -> String {
   --scopes kind|none     kind (default): each kind of conversation (chat, code,
                          code-edit) drafts on its own scope of a set's memory,
                          learning its own calibration; none: one for all
+  --record FILE          write the plain replies as a replay workload (JSON
+                         Lines, one session a conversation: each turn's prompt
+                         and reply tokens; docs/replay.md), e.g. for gpu_sim
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -45,6 +50,8 @@ pub struct Args {
     pub budget: bool,
     /// `--scopes`: which scope of a set's memory each conversation drafts on.
     pub scopes: Scopes,
+    /// `--record`: where to write the plain replies as a replay workload.
+    pub record: Option<PathBuf>,
 }
 
 /// Parses the arguments after the program's name.
@@ -52,6 +59,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut parallel, mut threads, mut context) = (1, None, 8192);
     let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
     let mut scopes = Scopes::Kind;
+    let mut record = None;
     let common = cli::parse(it, |option, value| {
         match option {
             "--parallel" => {
@@ -65,6 +73,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--pass-cost" => pass_cost = true,
             "--flash-attn" => flash_attention = on_off(option, &value(option)?)?,
             "--budget" => budget = on_off(option, &value(option)?)?,
+            "--record" => record = Some(PathBuf::from(value(option)?)),
             "--scopes" => {
                 scopes = match value(option)?.as_str() {
                     "kind" => Scopes::Kind,
@@ -85,6 +94,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         flash_attention,
         budget,
         scopes,
+        record,
     })
 }
 

@@ -43,6 +43,7 @@ pub mod cost;
 mod decoder;
 mod error;
 mod model;
+pub mod record;
 pub mod run;
 mod target;
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Summary, Tally};
 use selfspec_llama_cpp::cost::{self, PassCurve};
+use selfspec_llama_cpp::record;
 use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
 use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
 
@@ -151,14 +152,47 @@ fn run(args: &Args) -> Result<bool, Error> {
     }
     let bound = near_tie_bound(args, &mut decoder, &conversations)?;
     let mut sets = build_sets(args, &mut decoder)?;
+    let started = Instant::now();
+    let recorded = decode_all(args, &mut decoder, &conversations, &mut sets, bound)?;
+    if let Some(path) = &args.record {
+        record::write_workload(path, recorded.iter().flatten())?;
+        let sessions = recorded.iter().flatten().count();
+        println!(
+            "recorded the plain replies of {sessions} conversations in {}",
+            path.display()
+        );
+    }
+    report(args, &sets, bound, started.elapsed().as_secs_f64())
+}
+
+/// Decodes every kind's conversations plainly, then with each set, into the
+/// sets' tallies; with `--record`, each conversation's plain replies as a
+/// workload line, in the conversations' order.
+fn decode_all(
+    args: &Args,
+    decoder: &mut Decoder<'_>,
+    conversations: &[Conversation],
+    sets: &mut [Set],
+    bound: f32,
+) -> Result<Vec<Option<String>>, Error> {
     let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
     // Plain decoding and every set each decode every turn once.
     let mut progress = Progress::new(total * (sets.len() + 1));
-    let started = Instant::now();
-    for kind in kinds(&conversations) {
-        let convs: Vec<&Conversation> = conversations.iter().filter(|c| c.kind == kind).collect();
-        let plain = run::decode_pass(&mut decoder, &convs, args.common.max_tokens, None, None)?;
-        let texts = run::reply_texts(&decoder, &plain);
+    let family = decoder.model().family();
+    let mut recorded = vec![None; conversations.len()];
+    for kind in kinds(conversations) {
+        let (index, convs): (Vec<usize>, Vec<&Conversation>) = conversations
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == kind)
+            .unzip();
+        let plain = run::decode_pass(decoder, &convs, args.common.max_tokens, None, None)?;
+        if args.record.is_some() {
+            for (c, &i) in index.iter().enumerate() {
+                recorded[i] = record::session_line(convs[c], &plain, c, &family)?;
+            }
+        }
+        let texts = run::reply_texts(decoder, &plain);
         let turns: usize = convs.iter().map(|c| c.turns.len()).sum();
         let plain_generated = generated_tokens(&plain);
         progress.pass(
@@ -168,17 +202,14 @@ fn run(args: &Args) -> Result<bool, Error> {
             plain_generated,
             tps(plain_generated, plain.decode_time),
         );
-        for set in &mut sets {
-            let spec = run::decode_pass(
-                &mut decoder,
-                &convs,
-                args.common.max_tokens,
-                Some(&texts),
-                Some(&Drafting {
-                    set: &set.set,
-                    scopes: args.scopes,
-                }),
-            )?;
+        for set in sets.iter_mut() {
+            let drafting = Drafting {
+                set: &set.set,
+                scopes: args.scopes,
+            };
+            let max_tokens = args.common.max_tokens;
+            let spec =
+                run::decode_pass(decoder, &convs, max_tokens, Some(&texts), Some(&drafting))?;
             let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
             set.divergences.extend(d);
             let generated = generated_tokens(&spec);
@@ -192,7 +223,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         }
     }
     progress.finish();
-    report(args, &sets, bound, started.elapsed().as_secs_f64())
+    Ok(recorded)
 }
 
 /// Tokens a pass generated over all its replies.

@@ -106,6 +106,25 @@ impl Model {
         &self.path
     }
 
+    /// The model family, as a recorded workload names its tokenizer
+    /// ([`run::Recorder`](crate::run::Recorder)): the GGUF's
+    /// `general.basename` in lower case (`smollm2`), else the file's name
+    /// without its extension.
+    #[must_use]
+    pub fn family(&self) -> String {
+        self.inner
+            .meta_val_str("general.basename")
+            .ok()
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| {
+                self.path
+                    .file_stem()
+                    .map_or_else(String::new, |s| s.to_string_lossy().into_owned())
+            })
+            .trim()
+            .to_lowercase()
+    }
+
     /// Vocabulary size (logit row length).
     #[must_use]
     pub fn n_vocab(&self) -> usize {

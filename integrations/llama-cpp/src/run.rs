@@ -16,6 +16,9 @@ use crate::{Decoder, Error, Finished, Reply};
 pub struct Pass {
     /// `replies[c][t]`: conversation `c`'s reply to turn `t`.
     pub replies: Vec<Vec<Option<Reply>>>,
+    /// `prompts[c][t]`: the prompt of conversation `c`'s turn `t` (empty
+    /// when the turn was skipped).
+    pub prompts: Vec<Vec<Vec<u32>>>,
     /// Time in decode steps (prefill excluded: see
     /// [`Counters`](crate::Counters) for passes shared with prompt rows).
     pub decode_time: Duration,
@@ -91,6 +94,10 @@ pub fn decode_pass(
             .iter()
             .map(|c| vec![None; c.turns.len()])
             .collect(),
+        prompts: conversations
+            .iter()
+            .map(|c| vec![Vec::new(); c.turns.len()])
+            .collect(),
         decode_time: Duration::ZERO,
     };
     let mut texts: Vec<Vec<String>> = conversations.iter().map(|_| Vec::new()).collect();
@@ -128,7 +135,7 @@ pub fn decode_pass(
                 let kind = &conversations[c].kind;
                 let spec = drafting.map(|d| d.speculative(kind)).transpose()?;
                 match decoder.start(slot, &prompt, max_tokens, spec) {
-                    Ok(()) => {}
+                    Ok(()) => pass.prompts[c][t] = prompt,
                     Err(Error::PromptTooLong { .. }) => {
                         // skipped: this turn and the rest of the conversation
                         *lane = None;
