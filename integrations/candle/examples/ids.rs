@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use selfspec::step::Reply;
+use selfspec::step::{PassCurve, Reply, SeqId};
 use selfspec_candle::prompts::{self, Prompt};
-use selfspec_candle::{decode, measure_token_cost, random, Model, ModelConfig, RandomModel};
+use selfspec_candle::{decode, random, Model, ModelConfig, RandomModel};
 
 const HELP: &str = "\
 usage: ids (--model FILE | --random) [options]
@@ -184,7 +184,9 @@ fn run(args: &Args) -> Result<(), String> {
         None => None,
         Some(TokenCost::Fixed(x)) => Some(x),
         Some(TokenCost::Auto) => {
-            let c = measure_token_cost(&mut model).map_err(err)?;
+            let curve = PassCurve::measure_for_token_cost(&mut model, SeqId::new(0), 1)
+                .map_err(|e| err(e.into()))?;
+            let c = curve.token_cost(1);
             println!("measured token cost: {c:.3} (marginal cost of one more token in a pass, relative to a one-token pass)");
             Some(c)
         }

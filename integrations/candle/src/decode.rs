@@ -4,10 +4,9 @@
 //! reply is finished. Plain greedy decoding is the same loop without a
 //! drafter (one token a pass); speculative decoding gives the request a
 //! [`Speculative`], whose drafts the stepper verifies, commits and rolls
-//! back. A runtime measurement of the token cost selfspec's recall
-//! strategy weighs its drafts against is here too.
+//! back.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use candle_core::Tensor;
 use selfspec::step::{Decode, Finished, Reply, SeqId, StepError, Stepper};
@@ -190,59 +189,4 @@ pub fn elapsed(reply: &Reply) -> Duration {
 pub fn argmax_rows(logits: &Tensor) -> Result<Vec<(u32, f32)>, Error> {
     let rows = logits.to_vec2::<f32>()?;
     Ok(rows.iter().map(|row| argmax_gap(row)).collect())
-}
-
-/// Times forward passes of 1 and 17 tokens after a 256-token context and
-/// returns the marginal cost of one more token in a pass relative to a
-/// one-token pass, `(t(17) - t(1)) / 16 / t(1)`, clamped to `[0, 0.99]`
-/// (the range [`Speculative::set_token_cost`] accepts). Leaves the cache
-/// empty.
-///
-/// # Errors
-///
-/// [`Error::Candle`] if a pass fails.
-pub fn measure_token_cost(model: &mut Model) -> Result<f64, Error> {
-    let (t1, t17) = (pass_time(model, 256, 1, 9)?, pass_time(model, 256, 17, 9)?);
-    model.reset();
-    Ok(token_cost_from(t1, t17))
-}
-
-/// `(t17 - t1) / 16 / t1`, clamped to `[0, 0.99]`.
-#[must_use]
-pub fn token_cost_from(t1: Duration, t17: Duration) -> f64 {
-    let (a, b) = (t1.as_secs_f64(), t17.as_secs_f64());
-    if a <= 0.0 {
-        return 0.0;
-    }
-    ((b - a) / 16.0 / a).clamp(0.0, 0.99)
-}
-
-/// The median time of `reps` forward passes of `tokens` tokens after a
-/// `context`-token cache (the pass is rolled back after each timing).
-///
-/// # Errors
-///
-/// [`Error::Candle`] if a pass fails.
-pub fn pass_time(
-    model: &mut Model,
-    context: usize,
-    tokens: usize,
-    reps: usize,
-) -> Result<Duration, Error> {
-    let vocab = u32::try_from(model.config().vocab_size).unwrap_or(u32::MAX);
-    let token = |i: usize| u32::try_from(i % 97).unwrap_or(0) % vocab;
-    let ctx: Vec<u32> = (0..context.max(1)).map(token).collect();
-    let pass: Vec<u32> = (0..tokens.max(1)).map(|i| token(i + 7)).collect();
-    model.reset();
-    model.forward(&ctx)?;
-    let mut times = Vec::with_capacity(reps.max(1));
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        let logits = model.forward(&pass)?;
-        argmax_rows(&logits)?;
-        times.push(t.elapsed());
-        model.truncate(ctx.len());
-    }
-    times.sort();
-    Ok(times[times.len() / 2])
 }

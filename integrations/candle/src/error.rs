@@ -84,3 +84,16 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 }
+
+impl From<selfspec::step::MeasureError<Error>> for Error {
+    /// The model's own error, or selfspec's (an argument out of range, a
+    /// row it could not compare).
+    fn from(e: selfspec::step::MeasureError<Error>) -> Error {
+        use selfspec::step::MeasureError;
+        match e {
+            MeasureError::Target(e) => e,
+            MeasureError::Selfspec(e) => Error::Selfspec(e),
+            e => Error::Batch(e.to_string()),
+        }
+    }
+}

@@ -35,7 +35,6 @@ mod target;
 pub mod tokenizer;
 
 pub use config::ModelConfig;
-pub use decode::measure_token_cost;
 pub use error::Error;
 pub use gguf::{GgufFile, Representation};
 pub use model::{LayerCache, Model};

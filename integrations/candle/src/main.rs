@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use selfspec::step::{PassCurve, SeqId};
 use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
-use selfspec_candle::{decode, numerics, GgufFile, Model, Representation, TextTokenizer};
+use selfspec_candle::{numerics, GgufFile, Model, Representation, TextTokenizer};
 use selfspec_conversations::cli::{self, CommonArgs};
 use selfspec_conversations::{self as conv, Conversation, Decoded, Progress, Tally};
 
@@ -92,11 +93,12 @@ fn draft_sets(args: &Args, model: &mut Model) -> Result<Vec<DraftSet>, String> {
     }
     args.common
         .draft_sets(|| {
-            let x = decode::measure_token_cost(model)?;
+            let curve = PassCurve::measure_for_token_cost(model, SeqId::new(0), 1)?;
+            let x = curve.token_cost(1);
             println!(
                 "measured token cost: {x:.3} ((t(17) - t(1)) / 16 / t(1) after a 256-token cache)"
             );
-            Ok(x)
+            Ok::<f64, selfspec_candle::Error>(x)
         })
         .map_err(err)
 }
