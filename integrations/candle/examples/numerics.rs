@@ -1,13 +1,14 @@
 //! How far a batched pass's logits are from one-token passes' on a real
 //! model: the measurement behind the near-tie bound
-//! (`selfspec_candle::numerics`).
+//! (`selfspec::step::LogitNoise`, through `selfspec_candle::numerics`).
 //!
-//! For the first turn of some conversations, plain decoding gives the
-//! one-token logits of 64 positions; passes of 2..=33 tokens over the same
-//! tokens from the same cache give the batched ones. A speculative reply can
-//! only differ where the plain top-1 / top-2 gap is smaller than the change
-//! of a top-1 minus top-k difference between the two, which this prints
-//! (top-k: the plain row's 8 best).
+//! For the first turn of some conversations, the model's plain reply (64
+//! tokens) is evaluated one token a pass, and again in passes of 2, 4, 8,
+//! 17 and 33 tokens from the same cache; every row is compared. A
+//! speculative reply can only differ where the plain top-1 / top-2 gap is
+//! smaller than the shift of a top-1 margin between the two (over the
+//! tokens close enough to the top to overtake it), which this prints: the
+//! largest is the near-tie bound.
 //!
 //! ```sh
 //! cargo run --release --example numerics -- [--weights q8_0|f32|native] [--gguf PATH] [FILE[:N]...]
@@ -15,9 +16,9 @@
 
 use std::process::ExitCode;
 
-use selfspec_candle::numerics::{batch_drift, Drift};
+use selfspec::step::LogitNoise;
 use selfspec_candle::tokenizer::Message;
-use selfspec_candle::{GgufFile, Representation, TextTokenizer};
+use selfspec_candle::{decode, numerics, GgufFile, Representation, TextTokenizer};
 use selfspec_conversations as conv;
 
 fn run() -> Result<(), String> {
@@ -58,22 +59,30 @@ fn run() -> Result<(), String> {
     let mut file = GgufFile::open(&path).map_err(|e| e.to_string())?;
     let tokenizer = TextTokenizer::from_gguf(&file).map_err(|e| e.to_string())?;
     let mut model = file.model(weights).map_err(|e| e.to_string())?;
-    let mut total = Drift::default();
+    let mut total = LogitNoise::NONE;
+    let err = |e: selfspec_candle::Error| e.to_string();
     for c in conv::load(&sources).map_err(|e| e.to_string())? {
+        let Some(turn) = c.turns.first() else {
+            continue;
+        };
         let prompt = tokenizer
-            .encode(&tokenizer.render(&[Message::user(&c.turns[0])]))
-            .map_err(|e| e.to_string())?;
-        let d =
-            batch_drift(&mut model, &prompt, 64, &[2, 4, 8, 17, 33]).map_err(|e| e.to_string())?;
+            .encode(&tokenizer.render(&[Message::user(turn)]))
+            .map_err(err)?;
+        let mut text = prompt.clone();
+        text.extend(decode::plain(&mut model, &prompt, 64).map_err(err)?.tokens);
+        let n =
+            numerics::measure(&mut model, &text, prompt.len(), &[2, 4, 8, 17, 33]).map_err(err)?;
         println!(
-            "{:<36} {:>4} positions  max |logit diff| {:.4}  max top-k difference change {:.4}  argmax flips {}",
-            c.id, d.positions, d.max_logit_diff, d.max_gap_change, d.flips
+            "{:<36} {:>4} rows  max |logit diff| {:.4}  max margin shift {:.4}",
+            c.id, n.rows, n.max_abs_diff, n.max_margin_shift
         );
-        total.merge(&d);
+        total = total.max(n);
     }
     println!(
-        "{weights}: {} positions, max |logit diff| {:.4}, max top-k difference change {:.4}, argmax flips {} (smallest plain gap at a flip {:.4})",
-        total.positions, total.max_logit_diff, total.max_gap_change, total.flips, total.min_flip_gap
+        "{weights}: {} rows, max |logit diff| {:.4}, max margin shift (the near-tie bound) {:.4}",
+        total.rows,
+        total.max_abs_diff,
+        total.near_tie_bound()
     );
     Ok(())
 }

@@ -148,6 +148,29 @@ impl<'a> Chat<'a> {
     }
 }
 
+/// The longest cache a reply to one of `conversations` is decoded after,
+/// in tokens (at most): each conversation's user turns rendered as one
+/// prompt, and `max_tokens` plus 16 (the template's tokens around a reply)
+/// for each of its replies. The near-tie calibration
+/// ([`numerics::calibrate`](crate::numerics::calibrate)) measures up to it.
+///
+/// # Errors
+///
+/// [`Error::Tokenizer`] for text the tokenizer cannot encode.
+pub fn cache_reach(
+    tokenizer: &TextTokenizer,
+    conversations: &[Conversation],
+    max_tokens: usize,
+) -> Result<usize, Error> {
+    let mut reach = 0;
+    for c in conversations {
+        let turns: Vec<Message> = c.turns.iter().map(|t| Message::user(t)).collect();
+        let prompt = tokenizer.encode(&tokenizer.render(&turns))?;
+        reach = reach.max(prompt.len() + c.turns.len() * (max_tokens + 16));
+    }
+    Ok(reach)
+}
+
 /// A reply as the report counts it ([`Decoded::from`]: forward passes as
 /// [`Reply::tau`] counts them, decode time after the first token).
 #[must_use]

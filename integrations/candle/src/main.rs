@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use selfspec::step::{PassCurve, SeqId};
 use selfspec_candle::chat::{self, Chat, DraftSet, Outcome};
+use selfspec_candle::tokenizer::Message;
 use selfspec_candle::{numerics, GgufFile, Model, Representation, TextTokenizer};
 use selfspec_conversations::cli::{self, CommonArgs};
 use selfspec_conversations::{self as conv, Conversation, Decoded, Progress, Tally};
@@ -20,9 +21,12 @@ fn help() -> String {
 {}
   --tokenizer FILE       a tokenizer.json to use instead of the GGUF's own
   --weights REPR         q8_0 (default), f32 or native (as stored)
-The near-tie bound is the one measured for --weights. Exit status: 0, every
-reply as plain decoding's or different at a near tie; 3, a reply differs
-elsewhere; 1, an error; 2, a bad argument.",
+The near-tie bound is measured at start, unless --near-tie gives it: the
+largest shift of a top-1 margin between batched and one-token passes over the
+first turn and the model's plain reply, and over longer caches up to those
+the conversations reach. Exit status: 0, every reply as plain decoding's or
+different at a near tie; 3, a reply differs elsewhere; 1, an error; 2, a bad
+argument.",
         cli::COMMON_HELP
     )
 }
@@ -149,15 +153,52 @@ fn decode_all(
     Ok(tallies)
 }
 
+/// The near-tie bound: `--near-tie`, else measured on `model` over the
+/// first conversation's first turn and the model's plain reply to it
+/// ([`numerics::calibrate`]), with passes as long as the sets' longest
+/// drafts and caches up to those the conversations reach.
+fn near_tie_bound(
+    args: &Args,
+    model: &mut Model,
+    tokenizer: &TextTokenizer,
+    conversations: &[Conversation],
+    sets: &[DraftSet],
+) -> Result<f32, String> {
+    if let Some(b) = args.common.near_tie {
+        return Ok(b);
+    }
+    let first = conversations.first().and_then(|c| c.turns.first());
+    let text = tokenizer.render(&[Message::user(first.map_or("Hello", String::as_str))]);
+    let prompt = tokenizer.encode(&text).map_err(err)?;
+    let context = model.config().max_position_embeddings.unwrap_or(usize::MAX);
+    let prompt = &prompt[..prompt.len().min(context / 2)];
+    let max_pass = 1 + sets.iter().map(|s| s.config().draft_max).max().unwrap_or(0);
+    let max_tokens = args.common.max_tokens;
+    let reach = chat::cache_reach(tokenizer, conversations, max_tokens).map_err(err)?;
+    eprintln!(
+        "measuring the near-tie bound (caches up to {} tokens; --near-tie X skips this)...",
+        reach.min(context)
+    );
+    let started = Instant::now();
+    let stop = [tokenizer.end_of_turn()];
+    let noise = numerics::calibrate(model, prompt, 128, &stop, max_pass, reach).map_err(err)?;
+    let bound = noise.near_tie_bound();
+    println!(
+        "near-tie bound: {bound:.4} (the largest shift of a top-1 margin between batched and \
+         one-token passes; largest logit difference {:.4}; over {} rows; measured in {:.0} s)",
+        noise.max_abs_diff,
+        noise.rows,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(bound)
+}
+
 fn run(args: &Args) -> Result<bool, String> {
     let conversations = conv::load(&args.common.sources()).map_err(|e| e.to_string())?;
     let (mut model, tokenizer) = load(args)?;
     let sets = draft_sets(args, &mut model)?;
     let labels: Vec<String> = sets.iter().map(DraftSet::label).collect();
-    let near_tie = args
-        .common
-        .near_tie
-        .unwrap_or_else(|| numerics::near_tie_bound(args.weights));
+    let near_tie = near_tie_bound(args, &mut model, &tokenizer, &conversations, &sets)?;
     let mut chat = Chat::new(&mut model, &tokenizer, sets, args.common.max_tokens).map_err(err)?;
     let tallies = decode_all(&mut chat, &conversations, near_tie)?;
 
