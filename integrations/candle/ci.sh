@@ -46,6 +46,8 @@ step "the command"
 cargo run --release --locked -q -- --help > /dev/null
 code=0; cargo run --release --locked -q -- --max-tokens 0 2>/dev/null || code=$?
 [ "$code" -eq 2 ] || { echo "bad argument: exit $code, expected 2" >&2; exit 1; }
+code=0; cargo run --release --locked -q -- --budget maybe 2>/dev/null || code=$?
+[ "$code" -eq 2 ] || { echo "bad --budget: exit $code, expected 2" >&2; exit 1; }
 code=0; SELFSPEC_MODEL= cargo run --release --locked -q -- --gguf /nonexistent.gguf 2> "$out/err.txt" || code=$?
 [ "$code" -eq 1 ] && grep -q "fetch-model.sh" "$out/err.txt" \
     || { echo "missing model: exit $code"; cat "$out/err.txt"; exit 1; }

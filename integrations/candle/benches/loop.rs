@@ -1,14 +1,16 @@
 //! (a) Forward-pass cost against the number of tokens in the pass (1, 2, 4,
 //! 8, 16, 17) after a 256-token cache; (b) wall-clock per generated token,
-//! plain vs speculative, on a repetitive and a non-repetitive prompt. The
-//! random model (`RandomModel::bench`: 4 layers, hidden 256, vocabulary
-//! 2048) says nothing about real acceptance: only about the loop's costs.
+//! plain vs speculative (the draft budget on), on a repetitive and a
+//! non-repetitive prompt. The random model (`RandomModel::bench`: 4 layers,
+//! hidden 256, vocabulary 2048) says nothing about real acceptance: only
+//! about the loop's costs.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use selfspec_candle::{decode, random, Model, RandomModel};
+use selfspec_candle::decode::{self, Sizing};
+use selfspec_candle::{random, Model, RandomModel};
 
 const CONTEXT: usize = 256;
 const GENERATE: usize = 128;
@@ -71,7 +73,7 @@ fn per_token(c: &mut Criterion) {
             b.iter(|| decode::plain(&mut m, black_box(&prompt), GENERATE).expect("plain"));
         });
         let shared = selfspec::Shared::new(&config).expect("shared");
-        let tau = decode::speculative(&mut m, &config, &shared, &prompt, GENERATE, None)
+        let tau = decode::speculative(&mut m, &config, &shared, &prompt, GENERATE, Sizing::Budget)
             .expect("speculative")
             .tau();
         eprintln!("per_token/{name}: speculative tau {tau:.2}");
@@ -79,7 +81,8 @@ fn per_token(c: &mut Criterion) {
             b.iter(|| {
                 // A fresh Shared each time: no learning across iterations.
                 let shared = selfspec::Shared::new(&config).expect("shared");
-                decode::speculative(&mut m, &config, &shared, black_box(&prompt), GENERATE, None)
+                let prompt = black_box(&prompt);
+                decode::speculative(&mut m, &config, &shared, prompt, GENERATE, Sizing::Budget)
                     .expect("speculative")
             });
         });

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use selfspec::step::{PassCurve, Reply, SeqId};
+use selfspec_candle::decode::{self, Sizing};
 use selfspec_candle::prompts::{self, Prompt};
-use selfspec_candle::{decode, random, Model, ModelConfig, RandomModel};
+use selfspec_candle::{random, Model, ModelConfig, RandomModel};
 
 const HELP: &str = "\
 usage: ids (--model FILE | --random) [options]
@@ -18,7 +19,8 @@ usage: ids (--model FILE | --random) [options]
   --prompt IDS          one prompt: token ids (comma/space separated)
   --prompts FILE        JSON Lines, one request per line: {\"prompt\": [ids]}
   --max-tokens N        tokens to generate per request (default 128)
-  --token-cost auto|X   also run speculative decoding with this token cost (auto: measured)
+  --token-cost auto|X   also run speculative decoding without the draft budget,
+                        with this token cost (auto: measured)
   --random              a seeded random model written to a temp dir (no downloads)
   -h, --help            this help";
 
@@ -206,19 +208,23 @@ fn run(args: &Args) -> Result<(), String> {
     let mut costed = Vec::new();
     for (name, prompt) in &requests {
         let p = decode::plain(&mut model, prompt, n).map_err(err)?;
-        let s =
-            decode::speculative(&mut model, &spec_config, &shared, prompt, n, None).map_err(err)?;
+        let s = decode::speculative(&mut model, &spec_config, &shared, prompt, n, Sizing::Budget)
+            .map_err(err)?;
         println!(
             "{}",
             summary(&format!("{name}: plain"), std::slice::from_ref(&p))
         );
         println!(
             "{}",
-            summary(&format!("{name}: speculative"), std::slice::from_ref(&s))
+            summary(
+                &format!("{name}: speculative (budget)"),
+                std::slice::from_ref(&s)
+            )
         );
         if let Some(c) = token_cost {
+            let sizing = Sizing::Drafter(Some(c));
             let s =
-                decode::speculative(&mut model, &spec_config, &shared_costed, prompt, n, Some(c))
+                decode::speculative(&mut model, &spec_config, &shared_costed, prompt, n, sizing)
                     .map_err(err)?;
             println!(
                 "{}",

@@ -61,7 +61,10 @@ pub struct Chat<'a> {
 impl<'a> Chat<'a> {
     /// Conversations on `model` (from an empty cache), replies of at most
     /// `max_tokens` tokens ended by the tokenizer's end of turn, plain and
-    /// with each of `sets`.
+    /// with each of `sets`; with `budget`, every set's drafts are sized by
+    /// selfspec's draft budget ([`decode::Sizing::Budget`]: one for the
+    /// whole run, learning the model's pass times from every request),
+    /// else by each set's drafter alone (its limits and token cost).
     ///
     /// # Errors
     ///
@@ -71,9 +74,10 @@ impl<'a> Chat<'a> {
         tokenizer: &'a TextTokenizer,
         sets: Vec<DraftSet>,
         max_tokens: usize,
+        budget: bool,
     ) -> Result<Chat<'a>, Error> {
         model.reset();
-        let stepper = decode::stepper(model, &[tokenizer.end_of_turn()])?;
+        let stepper = decode::stepper(model, &[tokenizer.end_of_turn()], budget)?;
         Ok(Chat {
             model,
             tokenizer,

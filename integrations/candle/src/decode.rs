@@ -4,12 +4,13 @@
 //! reply is finished. Plain greedy decoding is the same loop without a
 //! drafter (one token a pass); speculative decoding gives the request a
 //! [`Speculative`], whose drafts the stepper verifies, commits and rolls
-//! back.
+//! back, sized by selfspec's draft budget unless [`Sizing::Drafter`] says
+//! otherwise.
 
 use std::time::Duration;
 
 use candle_core::Tensor;
-use selfspec::step::{Decode, Finished, Reply, SeqId, StepError, Stepper};
+use selfspec::step::{Decode, Finished, PassTimes, Reply, SeqId, StepError, Stepper};
 use selfspec::{Config, Shared, Speculative};
 use selfspec_conversations::argmax_gap;
 
@@ -19,20 +20,41 @@ use crate::{Error, Model};
 /// attention scores' memory on long prompts).
 pub const PREFILL_CHUNK: usize = 256;
 
+/// How a speculative request's drafts are sized.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Sizing {
+    /// selfspec's draft budget ([`Stepper::with_budget`]), on pass times
+    /// learned from the stepper's own passes ([`PassTimes::new`]): each
+    /// step keeps the drafted tokens that pay for their rows, none until a
+    /// pass has been timed. The budget sets the drafter's token cost.
+    #[default]
+    Budget,
+    /// No budget: each draft as its drafter sizes it (its draft limits),
+    /// with this token cost ([`Speculative::set_token_cost`]) if given.
+    Drafter(Option<f64>),
+}
+
 /// A stepper for `model`: its one sequence, prompts prefilled in chunks of
 /// [`PREFILL_CHUNK`], a reply ended by any of `stop` (kept as its last
-/// token), e.g. the chat template's end of turn. Keep it for the model's
-/// next requests: it knows what the cache holds, and a prompt that shares a
-/// prefix with it (a conversation's earlier turns) is only evaluated from
-/// where they differ.
+/// token), e.g. the chat template's end of turn, and with `budget`, drafts
+/// sized by selfspec's draft budget ([`Sizing::Budget`]). Keep it for the
+/// model's next requests: it knows what the cache holds (and, with the
+/// budget, what a pass costs), and a prompt that shares a prefix with the
+/// cache (a conversation's earlier turns) is only evaluated from where they
+/// differ.
 ///
 /// # Errors
 ///
 /// [`Error::Selfspec`] for a model shape the stepper cannot drive.
-pub fn stepper(model: &Model, stop: &[u32]) -> Result<Stepper, Error> {
-    Ok(Stepper::new(model)?
+pub fn stepper(model: &Model, stop: &[u32], budget: bool) -> Result<Stepper, Error> {
+    let stepper = Stepper::new(model)?
         .with_stop_tokens(stop)
-        .with_prefill_chunk(PREFILL_CHUNK))
+        .with_prefill_chunk(PREFILL_CHUNK);
+    Ok(if budget {
+        stepper.with_budget(PassTimes::new())
+    } else {
+        stepper
+    })
 }
 
 /// One greedy request on `stepper` (which has driven `model` alone, or
@@ -96,7 +118,7 @@ fn step_error(e: StepError<Error>) -> Error {
 /// As [`request`].
 pub fn plain(model: &mut Model, prompt: &[u32], max_tokens: usize) -> Result<Reply, Error> {
     model.reset();
-    let mut stepper = stepper(model, &[])?;
+    let mut stepper = stepper(model, &[], false)?;
     plain_until(model, &mut stepper, prompt, max_tokens)
 }
 
@@ -119,33 +141,35 @@ pub fn plain_until(
 /// in fewer forward passes where the drafts are accepted.
 ///
 /// One [`Speculative`] per request on the engine-wide `shared` (built with
-/// `config`); `token_cost`, if given, goes to
-/// [`Speculative::set_token_cost`]. Starts from an empty cache.
+/// `config`), its drafts sized as `sizing` says (a new stepper: the budget
+/// learns pass times from this request's passes). Starts from an empty
+/// cache.
 ///
 /// # Errors
 ///
 /// As [`request`], and [`Error::Selfspec`] for an invalid `config` or
-/// `token_cost`.
+/// token cost.
 pub fn speculative(
     model: &mut Model,
     config: &Config,
     shared: &Shared,
     prompt: &[u32],
     max_tokens: usize,
-    token_cost: Option<f64>,
+    sizing: Sizing,
 ) -> Result<Reply, Error> {
     let mut spec = Speculative::with_shared(config, shared)?;
-    if let Some(cost) = token_cost {
+    if let Sizing::Drafter(Some(cost)) = sizing {
         spec.set_token_cost(cost)?;
     }
     model.reset();
-    let mut stepper = stepper(model, &[])?;
+    let mut stepper = stepper(model, &[], sizing == Sizing::Budget)?;
     speculative_until(model, &mut stepper, spec, prompt, max_tokens)
 }
 
 /// Speculative greedy decoding of one request with `spec` (new for the
-/// request, or another's given back by [`request`]) on `stepper`; the
-/// cached prefix of `prompt` is reused.
+/// request, or another's given back by [`request`]) on `stepper`, its
+/// drafts sized by the stepper's budget if it has one; the cached prefix of
+/// `prompt` is reused.
 ///
 /// # Errors
 ///

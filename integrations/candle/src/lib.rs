@@ -2,11 +2,13 @@
 //! CPU device with a truncatable KV cache ([`Model`]), which is a
 //! [`selfspec::step::Target`] (one sequence) driven by selfspec's
 //! [`Stepper`](selfspec::step::Stepper) for plain and self-speculative
-//! greedy decoding ([`decode`]), and seeded random test models
-//! ([`RandomModel`]).
+//! greedy decoding ([`decode`], drafts sized by selfspec's draft budget),
+//! the near-tie bound measured on the model ([`numerics`]), and seeded
+//! random test models ([`RandomModel`]).
 //!
 //! ```
-//! use selfspec_candle::{decode, Model, RandomModel};
+//! use selfspec_candle::decode::{self, Sizing};
+//! use selfspec_candle::{Model, RandomModel};
 //!
 //! let random = RandomModel::tiny(1);
 //! let mut model = Model::from_tensors(random.tensors()?, &random.config)?;
@@ -14,7 +16,7 @@
 //! let shared = selfspec::Shared::new(&config)?;
 //! let prompt: Vec<u32> = (0..40).map(|i| i % 10).collect();
 //! let plain = decode::plain(&mut model, &prompt, 32)?;
-//! let spec = decode::speculative(&mut model, &config, &shared, &prompt, 32, None)?;
+//! let spec = decode::speculative(&mut model, &config, &shared, &prompt, 32, Sizing::Budget)?;
 //! assert_eq!(plain.tokens, spec.tokens);
 //! # Ok::<(), selfspec_candle::Error>(())
 //! ```

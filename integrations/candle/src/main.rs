@@ -21,6 +21,10 @@ fn help() -> String {
 {}
   --tokenizer FILE       a tokenizer.json to use instead of the GGUF's own
   --weights REPR         q8_0 (default), f32 or native (as stored)
+  --budget on|off        selfspec's draft budget (default on): each pass keeps
+                         the drafted tokens that pay for their rows, from pass
+                         times learned as it decodes (it sets the token cost);
+                         off: each set's drafts as its drafter sizes them
 The near-tie bound is measured at start, unless --near-tie gives it: the
 largest shift of a top-1 margin between batched and one-token passes over the
 first turn and the model's plain reply, and over longer caches up to those
@@ -36,10 +40,12 @@ struct Args {
     common: CommonArgs,
     tokenizer: Option<PathBuf>,
     weights: Representation,
+    /// `--budget`: whether the draft budget sizes the drafts.
+    budget: bool,
 }
 
 fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let (mut tokenizer, mut weights) = (None, Representation::Q8_0);
+    let (mut tokenizer, mut weights, mut budget) = (None, Representation::Q8_0, true);
     let common = cli::parse(it, |option, value| {
         match option {
             "--tokenizer" => tokenizer = Some(value(option)?.into()),
@@ -47,6 +53,13 @@ fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
                 weights = value(option)?
                     .parse()
                     .map_err(|e| format!("--weights: {e}"))?;
+            }
+            "--budget" => {
+                budget = match value(option)?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("--budget: {v:?} is not on or off")),
+                };
             }
             _ => return Ok(false),
         }
@@ -56,6 +69,7 @@ fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
         common,
         tokenizer,
         weights,
+        budget,
     })
 }
 
@@ -199,7 +213,9 @@ fn run(args: &Args) -> Result<bool, String> {
     let sets = draft_sets(args, &mut model)?;
     let labels: Vec<String> = sets.iter().map(DraftSet::label).collect();
     let near_tie = near_tie_bound(args, &mut model, &tokenizer, &conversations, &sets)?;
-    let mut chat = Chat::new(&mut model, &tokenizer, sets, args.common.max_tokens).map_err(err)?;
+    println!("draft budget: {}", if args.budget { "on" } else { "off" });
+    let max_tokens = args.common.max_tokens;
+    let mut chat = Chat::new(&mut model, &tokenizer, sets, max_tokens, args.budget).map_err(err)?;
     let tallies = decode_all(&mut chat, &conversations, near_tie)?;
 
     let mut summaries = Vec::new();

@@ -39,7 +39,7 @@ pub fn calibrate(
     reach: usize,
 ) -> Result<LogitNoise, Error> {
     model.reset();
-    let mut stepper = decode::stepper(model, stop)?;
+    let mut stepper = decode::stepper(model, stop, false)?;
     let reply = plain_until(model, &mut stepper, prompt, reply_tokens.max(1))?;
     let mut text = prompt.to_vec();
     text.extend_from_slice(&reply.tokens);

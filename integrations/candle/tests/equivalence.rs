@@ -3,7 +3,8 @@
 
 mod common;
 
-use selfspec_candle::{decode, RandomModel};
+use selfspec_candle::decode::{self, Sizing};
+use selfspec_candle::RandomModel;
 
 /// Every decision of both loops must have a top-1 / top-2 logit gap of at
 /// least this much: 17 times the largest difference measured between the
@@ -28,6 +29,7 @@ fn speculative_output_equals_plain_output() {
     let vocab = 128;
     let config = selfspec::Config::recommended();
     let shared = selfspec::Shared::new(&config).unwrap();
+    let shared_budget = selfspec::Shared::new(&config).unwrap();
     let succ = random.successors();
     let cycle: Vec<u32> = std::iter::successors(Some(3u32), |&t| Some(succ[t as usize]))
         .take(120)
@@ -52,8 +54,27 @@ fn speculative_output_equals_plain_output() {
     let (mut total, mut plain_passes, mut spec_passes) = (0, 0, 0);
     for (i, prompt) in prompts.iter().enumerate() {
         let plain = decode::plain(&mut model, prompt, max_tokens).unwrap();
-        let spec =
-            decode::speculative(&mut model, &config, &shared, prompt, max_tokens, None).unwrap();
+        let spec = decode::speculative(
+            &mut model,
+            &config,
+            &shared,
+            prompt,
+            max_tokens,
+            Sizing::Drafter(None),
+        )
+        .unwrap();
+        // With the draft budget, drafts are cut by measured pass times (no
+        // two runs alike): the tokens are plain decoding's all the same.
+        let budgeted = decode::speculative(
+            &mut model,
+            &config,
+            &shared_budget,
+            prompt,
+            max_tokens,
+            Sizing::Budget,
+        )
+        .unwrap();
+        assert_eq!(plain.tokens, budgeted.tokens, "prompt {i}, with the budget");
         assert_eq!(plain.tokens.len(), max_tokens);
         assert!(
             decode::min_margin(&plain) > MIN_MARGIN && decode::min_margin(&spec) > MIN_MARGIN,
@@ -104,7 +125,8 @@ fn repetitive_prompt_needs_fewer_passes() {
     let shared = selfspec::Shared::new(&config).unwrap();
     let prompt = common::repeated(&common::random_tokens(5, 32, 128), 6);
     let plain = decode::plain(&mut model, &prompt, 256).unwrap();
-    let spec = decode::speculative(&mut model, &config, &shared, &prompt, 256, None).unwrap();
+    let sizing = Sizing::Drafter(None);
+    let spec = decode::speculative(&mut model, &config, &shared, &prompt, 256, sizing).unwrap();
     assert_eq!(plain.tokens, spec.tokens);
     eprintln!(
         "repetitive prompt: plain {} passes, speculative {} passes for {} tokens",

@@ -1,10 +1,10 @@
 //! On the real model (SmolLM2-135M-Instruct, fetched by
-//! `integrations/fetch-model.sh`): speculative replies against plain ones
-//! over real conversations, judged by the near-tie bound measured as the
-//! command measures it, the
-//! GGUF's configuration against its metadata, and the batched / one-token
-//! logit noise behind the bound. Without the model these tests fail and say
-//! how to fetch it.
+//! `integrations/fetch-model.sh`): speculative replies (the draft budget
+//! on, as the command decodes) against plain ones over real conversations,
+//! judged by the near-tie bound measured as the command measures it; the
+//! GGUF's configuration against its metadata; the batched / one-token logit
+//! noise behind the bound. Without the model these tests fail and say how
+//! to fetch it.
 
 use std::path::PathBuf;
 
@@ -64,7 +64,7 @@ fn decode_workload(repr: Representation, near_tie: f32) -> Totals {
     let tokenizer = TextTokenizer::from_gguf(&file).unwrap();
     let mut model = file.model(repr).unwrap();
     let set = DraftSet::from_config("recall", selfspec::Config::recommended()).unwrap();
-    let mut chat = Chat::new(&mut model, &tokenizer, vec![set], MAX_TOKENS).unwrap();
+    let mut chat = Chat::new(&mut model, &tokenizer, vec![set], MAX_TOKENS, true).unwrap();
     let mut t = Totals::default();
     for c in workload() {
         chat.run(&c, |i, outcome| {

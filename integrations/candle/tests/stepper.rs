@@ -12,7 +12,7 @@ fn a_kept_stepper_reuses_the_cached_prefix() {
     let random = RandomModel::tiny(5);
     let mut model = common::load(&random);
     let mut fresh = model.clone();
-    let mut stepper = decode::stepper(&model, &[]).unwrap();
+    let mut stepper = decode::stepper(&model, &[], false).unwrap();
     let seq = SeqId::new(0);
 
     // 300 prompt tokens: two chunks of at most 256.
@@ -43,7 +43,7 @@ fn a_kept_stepper_reuses_the_cached_prefix() {
 fn a_cache_emptied_behind_the_stepper_is_an_error() {
     let random = RandomModel::tiny(5);
     let mut model = common::load(&random);
-    let mut stepper = decode::stepper(&model, &[]).unwrap();
+    let mut stepper = decode::stepper(&model, &[], false).unwrap();
     let prompt = common::random_tokens(8, 40, 128);
     let reply = decode::plain_until(&mut model, &mut stepper, &prompt, 10).unwrap();
 
@@ -67,7 +67,7 @@ fn a_cache_emptied_behind_the_stepper_is_an_error() {
 fn bad_requests_are_errors() {
     let random = RandomModel::tiny(5);
     let mut model = common::load(&random);
-    let mut stepper = decode::stepper(&model, &[]).unwrap();
+    let mut stepper = decode::stepper(&model, &[], false).unwrap();
     let e = decode::plain_until(&mut model, &mut stepper, &[], 10).unwrap_err();
     assert!(matches!(e, Error::EmptyPrompt), "{e}");
     let e = decode::plain_until(&mut model, &mut stepper, &[1, 500], 10).unwrap_err();
@@ -97,7 +97,7 @@ fn a_stop_token_ends_the_reply() {
     let stop = free.tokens[4];
     let at = free.tokens.iter().position(|&t| t == stop).unwrap();
     model.reset();
-    let mut stepper = decode::stepper(&model, &[stop]).unwrap();
+    let mut stepper = decode::stepper(&model, &[stop], false).unwrap();
     let r = decode::plain_until(&mut model, &mut stepper, &prompt, 30).unwrap();
     assert_eq!(r.tokens, free.tokens[..=at]);
     assert_eq!(r.stop, selfspec::step::Stop::StopToken);
