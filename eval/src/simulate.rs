@@ -143,8 +143,9 @@ pub enum Policy {
     Plain,
     /// recall with `draft_max` = the length and its own stop rule.
     Fixed(usize),
-    /// recall sized by the stepper's budget from the simulated pass times.
-    Budget,
+    /// recall with `draft_max` = the length, sized by the stepper's budget
+    /// from the simulated pass times.
+    Budget(usize),
 }
 
 /// What a simulated run gave.
@@ -233,8 +234,8 @@ pub fn simulate(
     policy: Policy,
 ) -> Result<Simulation, Error> {
     let config = match policy {
-        Policy::Fixed(n) => Config::recommended().with_draft_max(n),
-        _ => Config::recommended(),
+        Policy::Fixed(n) | Policy::Budget(n) => Config::recommended().with_draft_max(n),
+        Policy::Plain => Config::recommended(),
     };
     let shared = Shared::new(&config)?;
     let mut target = Simulated {
@@ -244,7 +245,7 @@ pub fn simulate(
         took: Duration::ZERO,
     };
     let mut stepper = Stepper::new(&target)?.with_stop_tokens(&[STOP]);
-    if policy == Policy::Budget {
+    if let Policy::Budget(_) = policy {
         stepper = stepper.with_budget(PassTimes::new());
     }
     let mut jobs = Jobs {
@@ -311,7 +312,7 @@ mod tests {
         for (per_row, pays) in [(0.01, true), (1.5, false)] {
             let c = curve(per_row);
             let plain = simulate(&s, 1, &c, Policy::Plain).unwrap();
-            let budget = simulate(&s, 1, &c, Policy::Budget).unwrap();
+            let budget = simulate(&s, 1, &c, Policy::Budget(16)).unwrap();
             assert_eq!(plain.tokens, budget.tokens);
             let speedup = budget.tokens_per_second() / plain.tokens_per_second();
             assert_eq!(speedup > 2.0, pays, "{per_row}: {speedup}");
