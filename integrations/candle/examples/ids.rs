@@ -120,7 +120,7 @@ fn summary(name: &str, runs: &[Reply]) -> String {
         tokens as f64 / secs.max(1e-9),
     );
     format!(
-        "{name:<28} {tokens:>6} tokens  {passes:>6} forward passes  tau {tau:>5.2}  {tps:>8.1} tokens/s  drafted {drafted} accepted {accepted}"
+        "{name:<38} {tokens:>6} tokens  {passes:>6} forward passes  tau {tau:>5.2}  {tps:>8.1} tokens/s  drafted {drafted} accepted {accepted}"
     )
 }
 
@@ -240,7 +240,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     if requests.len() > 1 {
         println!("{}", summary("all: plain", &plain));
-        println!("{}", summary("all: speculative", &spec));
+        println!("{}", summary("all: speculative (budget)", &spec));
         if !costed.is_empty() {
             println!("{}", summary("all: speculative with cost", &costed));
         }
