@@ -79,11 +79,7 @@ impl Stepper {
         for (i, s) in self.seqs.iter_mut().enumerate() {
             s.rows = 0;
             if let Some(from) = s.cut_to.take() {
-                let kept = target.truncate(SeqId::new(i), from);
-                s.cached = match kept.map_err(StepError::Target)? {
-                    Kept::Exact => from,
-                    Kept::Restored { len } => len.min(from),
-                };
+                s.cached = cut(target, SeqId::new(i), from)?;
             }
         }
         Ok(())
@@ -135,12 +131,7 @@ impl Stepper {
                 seq.tokens.extend_from_slice(&live.draft[..n]);
                 if n < k {
                     // rollback: the rejected draft positions leave the cache.
-                    let from = seq.tokens.len();
-                    let kept = target.truncate(id, from).map_err(StepError::Target)?;
-                    seq.cached = match kept {
-                        Kept::Exact => from,
-                        Kept::Restored { len } => len.min(from),
-                    };
+                    seq.cached = cut(target, id, seq.tokens.len())?;
                 }
                 live.reply.decode_passes += 1;
                 live.reply.drafted += k;
@@ -189,13 +180,7 @@ impl Stepper {
             if seq.tokens.len() > keep {
                 seq.tokens.truncate(keep);
                 if seq.cached > keep {
-                    let kept = target
-                        .truncate(SeqId::new(s), keep)
-                        .map_err(StepError::Target)?;
-                    seq.cached = match kept {
-                        Kept::Exact => keep,
-                        Kept::Restored { len } => len.min(keep),
-                    };
+                    seq.cached = cut(target, SeqId::new(s), keep)?;
                 }
             }
         }
@@ -243,4 +228,19 @@ impl Stepper {
             });
         }
     }
+}
+
+/// Removes `seq`'s positions from `from` on; the positions its cache then
+/// holds (fewer after a checkpoint restore).
+fn cut<T: Target + ?Sized>(
+    target: &mut T,
+    seq: SeqId,
+    from: usize,
+) -> Result<usize, StepError<T::Error>> {
+    Ok(
+        match target.truncate(seq, from).map_err(StepError::Target)? {
+            Kept::Exact => from,
+            Kept::Restored { len } => len.min(from),
+        },
+    )
 }
