@@ -140,7 +140,9 @@ pub struct Stepper {
 
 impl Stepper {
     /// A stepper for `target`'s [`Shape`], with no stop tokens and prompts
-    /// prefilled in chunks of up to half the batch.
+    /// prefilled in chunks of up to half the batch. Its first step empties
+    /// every sequence's cache ([`Target::truncate`] from 0): the target may
+    /// come from earlier work, another stepper's or the engine's own.
     ///
     /// # Errors
     ///
@@ -172,7 +174,12 @@ impl Stepper {
             shape,
             prefill_chunk: shape.batch / 2,
             stop_tokens: Vec::new(),
-            seqs: (0..shape.sequences).map(|_| Sequence::default()).collect(),
+            seqs: (0..shape.sequences)
+                .map(|_| Sequence {
+                    cut_to: Some(0),
+                    ..Sequence::default()
+                })
+                .collect(),
             batch: Batch::default(),
             events: Vec::new(),
             finished: Vec::new(),
@@ -379,7 +386,9 @@ impl Stepper {
         }
     }
 
-    /// The last forward pass: its rows, sequences and duration.
+    /// The last step's forward pass: its rows, sequences and duration
+    /// (`None` when the last step ran none: nothing to decode, or a pass
+    /// that failed).
     #[must_use]
     pub fn last_pass(&self) -> Option<Pass> {
         self.last_pass

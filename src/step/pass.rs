@@ -27,6 +27,7 @@ impl Stepper {
     /// row the verification cannot use: that sequence ends, [`Stop::Failed`].
     pub fn step<T: Target + ?Sized>(&mut self, target: &mut T) -> Result<(), StepError<T::Error>> {
         self.events.clear();
+        self.last_pass = None;
         let result = self.step_inner(target);
         if result.is_err() {
             self.fail_batch();

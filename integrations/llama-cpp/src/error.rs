@@ -1,78 +1,31 @@
-//! What can go wrong, as one typed error.
-
-use std::path::PathBuf;
+//! The adapter's one error type.
 
 use selfspec::step::{MeasureError, StepError};
 
-/// Everything the engine, the loops and the command can report.
+/// What the adapter can report: a setting it refuses, a row that does not
+/// follow its sequence's cache, llama.cpp's own failures, and selfspec's
+/// errors passed through.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// The model file does not exist.
-    #[error(
-        "no model at {path}: fetch SmolLM2-135M-Instruct with `bash integrations/fetch-model.sh` \
-         (from the repository root) or give any Llama-family GGUF with --gguf PATH"
-    )]
-    ModelMissing {
-        /// The path looked at.
-        path: PathBuf,
-    },
-    /// The file exists but is not a GGUF file.
-    #[error("{path} is not a GGUF model: the file does not start with the GGUF magic bytes")]
-    NotGguf {
-        /// The file.
-        path: PathBuf,
-    },
-    /// llama.cpp could not load the file (truncated, unsupported architecture, unreadable).
-    #[error(
-        "llama.cpp could not load {path} (a truncated file or an architecture it does not know)"
-    )]
-    Load {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// llama.cpp's backend could not start.
-    #[error("llama.cpp's backend: {0}")]
-    Backend(String),
-    /// llama.cpp could not create the context.
-    #[error("llama.cpp could not create a context of {n_ctx} tokens for {sequences} sequences")]
-    Context {
-        /// Total context (all sequences).
-        n_ctx: usize,
-        /// Sequences.
-        sequences: usize,
-    },
-    /// A setting outside what the engine takes.
+    /// An option outside what the adapter takes.
     #[error("{what}: {value} is not allowed ({allowed})")]
     Setting {
-        /// The setting.
+        /// The option.
         what: &'static str,
         /// The value given.
         value: usize,
         /// What is allowed.
         allowed: &'static str,
     },
-    /// The prompt leaves no room for a reply in one sequence's context.
-    #[error(
-        "the prompt has {tokens} tokens and a sequence's context holds {context}: \
-         a prompt must be shorter than the context to leave room for the reply"
-    )]
-    PromptTooLong {
-        /// Prompt tokens.
-        tokens: usize,
-        /// Tokens one sequence's context holds.
-        context: usize,
+    /// A sequence index outside the target's sequences.
+    #[error("sequence {seq} does not exist (the target has {sequences})")]
+    Sequence {
+        /// The index given.
+        seq: usize,
+        /// Sequences of the target.
+        sequences: usize,
     },
-    /// An empty prompt.
-    #[error("the prompt is empty: at least one token is needed")]
-    EmptyPrompt,
     /// A token id outside the model's vocabulary.
     #[error("token {token} is outside the vocabulary (ids 0..{vocab})")]
     TokenOutOfRange {
@@ -81,28 +34,36 @@ pub enum Error {
         /// The vocabulary size.
         vocab: usize,
     },
-    /// A slot index outside the decoder, or a slot already decoding.
-    #[error("slot {slot}: {problem} (the decoder has {slots} slots)")]
-    Slot {
-        /// The slot.
-        slot: usize,
-        /// Slots in the decoder.
-        slots: usize,
-        /// `"does not exist"` or `"is busy"`.
-        problem: &'static str,
+    /// A pass without rows.
+    #[error("a pass needs at least one row")]
+    EmptyPass,
+    /// More rows than the batch takes.
+    #[error("{rows} rows in one pass: the batch takes {batch}")]
+    BatchFull {
+        /// Rows given.
+        rows: usize,
+        /// Rows the batch takes.
+        batch: usize,
     },
-    /// `llama_decode` failed.
-    #[error("llama.cpp's decode failed: {0}")]
-    Decode(#[from] llama_cpp_2::DecodeError),
-    /// A batch row that does not follow its sequence's cache.
+    /// A row that does not follow its sequence's cache.
     #[error("a row at position {pos} of sequence {seq}, whose cache holds {held} positions")]
     Position {
-        /// Sequence id.
+        /// The sequence.
         seq: usize,
         /// The row's position.
         pos: usize,
         /// Positions the sequence's cache holds (with the pass's rows before it).
         held: usize,
+    },
+    /// A position past the sequence's context.
+    #[error("position {pos} of sequence {seq} is past its context of {context} tokens")]
+    ContextFull {
+        /// The sequence.
+        seq: usize,
+        /// The row's position.
+        pos: usize,
+        /// Positions one sequence holds.
+        context: usize,
     },
     /// A row of the last pass without logits.
     #[error("row {row} of the last pass has no logits")]
@@ -110,78 +71,47 @@ pub enum Error {
         /// The row.
         row: usize,
     },
+    /// `llama_decode` failed (a full KV cache, a sequence id past the
+    /// context's `n_seq_max`, an aborted pass).
+    #[error("llama.cpp's decode failed: {0}")]
+    Decode(#[from] llama_cpp_2::DecodeError),
     /// The KV cache refused a removal.
     #[error("llama.cpp's KV cache refused to remove positions {from}.. of sequence {seq}")]
     KvCache {
-        /// Sequence id.
+        /// The sequence.
         seq: usize,
         /// First position to remove.
         from: usize,
     },
-    /// The stepper failed in a way this version does not know.
-    #[error("the stepper: {0}")]
-    Step(String),
-    /// A measurement failed in a way this version does not know.
-    #[error("a measurement: {0}")]
-    Measure(String),
-    /// The chat template could not be applied.
-    #[error("the chat template: {0}")]
-    Template(String),
-    /// selfspec rejected a configuration, a token cost, a target's shape
-    /// or a row it could not verify.
+    /// selfspec rejected a configuration, a request or a row it could not
+    /// verify.
     #[error(transparent)]
-    Selfspec(selfspec::Error),
-    /// The conversations, the model path or the JSON file.
-    #[error(transparent)]
-    Conversations(#[from] selfspec_conversations::Error),
-}
-
-impl From<selfspec::Error> for Error {
-    /// selfspec's request errors as this package's own (a slot, a prompt,
-    /// a token), the others as [`Error::Selfspec`].
-    fn from(e: selfspec::Error) -> Error {
-        match e {
-            selfspec::Error::Sequence {
-                seq,
-                sequences,
-                problem,
-            } => Error::Slot {
-                slot: seq,
-                slots: sequences,
-                problem,
-            },
-            selfspec::Error::EmptyPrompt => Error::EmptyPrompt,
-            selfspec::Error::PromptTooLong { tokens, context } => {
-                Error::PromptTooLong { tokens, context }
-            }
-            selfspec::Error::TokenOutOfRange { token, vocab } => {
-                Error::TokenOutOfRange { token, vocab }
-            }
-            e => Error::Selfspec(e),
-        }
-    }
+    Selfspec(#[from] selfspec::Error),
+    /// The stepper or a measurement failed in a way this version does not
+    /// know.
+    #[error("selfspec: {0}")]
+    Other(String),
 }
 
 impl From<StepError<Error>> for Error {
-    /// The target's error as it was, selfspec's as [`From<selfspec::Error>`].
+    /// The target's error as it was, selfspec's as [`Error::Selfspec`].
     fn from(e: StepError<Error>) -> Error {
         match e {
             StepError::Target(e) => e,
-            StepError::Selfspec(e) => e.into(),
+            StepError::Selfspec(e) => Error::Selfspec(e),
             // A variant added to selfspec later: its message.
-            e => Error::Step(e.to_string()),
+            e => Error::Other(e.to_string()),
         }
     }
 }
 
 impl From<MeasureError<Error>> for Error {
-    /// The target's error as it was, selfspec's as [`From<selfspec::Error>`].
+    /// The target's error as it was, selfspec's as [`Error::Selfspec`].
     fn from(e: MeasureError<Error>) -> Error {
         match e {
             MeasureError::Target(e) => e,
-            MeasureError::Selfspec(e) => e.into(),
-            // A variant added to selfspec later: its message.
-            e => Error::Measure(e.to_string()),
+            MeasureError::Selfspec(e) => Error::Selfspec(e),
+            e => Error::Other(e.to_string()),
         }
     }
 }

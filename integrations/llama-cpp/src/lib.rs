@@ -1,55 +1,97 @@
-//! selfspec's drafts verified inside llama.cpp's engine, through the
-//! `llama-cpp-2` crate: the model, the batch, the KV cache and the logits
-//! are llama.cpp's; selfspec's [`Stepper`](selfspec::step::Stepper) drafts,
-//! verifies and rolls back.
+//! selfspec's self-speculative decoding on a llama.cpp context you made:
+//! your model, your context parameters (threads, GPU layers, flash
+//! attention, `n_seq_max`, batch size), your sequence ids, llama.cpp's
+//! sampler settings, your GPU backend.
 //!
-//! [`LlamaTarget`] is llama.cpp's context as selfspec's
-//! [`Target`](selfspec::step::Target): S sequences of one context, a
-//! forward pass is one `llama_decode` of a batch of their rows (logits for
-//! the rows the stepper reads), a truncation `llama_memory_seq_rm`. A
-//! [`Decoder`] drives it with a stepper: each [`Decoder::step`] puts every
-//! live sequence's `[last] + draft` (or its prompt's next chunk) into one
-//! batch, decodes once, and the stepper verifies each sequence greedily,
-//! removes its rejected positions and tells its [`selfspec::Speculative`]
-//! how many were kept. Its draft budget (on by default,
-//! [`Decoder::with_budget`]) keeps, of every drafted token in the batch,
-//! those that pay for their rows, from the pass times it measures as it
-//! decodes. A slot without a `Speculative` decodes plainly, one token a
-//! step: the baseline, in the same engine.
+//! [`LlamaTarget`] is a `llama-cpp-2` [`LlamaContext`] as selfspec's
+//! [`Target`](selfspec::step::Target): a forward pass is one
+//! `llama_decode` of a batch of rows of several sequences, a row's logits
+//! `llama_get_logits_ith`, a rollback `llama_memory_seq_rm`. selfspec's
+//! [`Stepper`](selfspec::step::Stepper) drives it: each step drafts from
+//! every live sequence's token history (no draft model), puts all their
+//! rows in one pass, verifies each draft (greedily, or sampled with the
+//! exact distribution of plain sampling), keeps the accepted tokens, rolls
+//! the rejected ones out of the KV cache and sizes the next drafts for the
+//! whole batch from the pass times it measures.
 //!
 //! ```no_run
+//! use llama_cpp_2::context::params::LlamaContextParams;
+//! use llama_cpp_2::llama_backend::LlamaBackend;
+//! use llama_cpp_2::model::{params::LlamaModelParams, LlamaModel};
+//! use selfspec::step::{Decode, PassTimes, Sampler, SeqId, Stepper};
 //! use selfspec::{Config, Shared, Speculative};
-//! use selfspec_llama_cpp::{Decoder, Message, Model, Role, Settings};
+//! use selfspec_llama_cpp::{end_tokens, tokenize, LlamaTarget, Options, TextStream};
 //!
-//! let model = Model::load("SmolLM2-135M-Instruct.Q4_1.gguf".as_ref())?;
-//! let mut decoder = Decoder::new(&model, Settings { sequences: 4, ..Settings::default() })?;
+//! // Your backend, model and context, with your own parameters.
+//! let backend = LlamaBackend::init()?;
+//! let model = LlamaModel::load_from_file(&backend, "model.gguf", &LlamaModelParams::default())?;
+//! let params = LlamaContextParams::default().with_n_seq_max(4);
+//! let mut ctx = model.new_context(&backend, params.clone())?;
+//!
+//! // Its sequences 0..4 as a target; a stepper over it.
+//! let mut target = LlamaTarget::new(&model, &mut ctx, Options::new(&params))?;
+//! let mut stepper = Stepper::new(&target)?
+//!     .with_stop_tokens(&end_tokens(&model))
+//!     .with_budget(PassTimes::new());
 //! let config = Config::recommended();
-//! let shared = Shared::new(&config)?; // one per engine: every sequence drafts on it
-//! let prompt = model.chat_prompt(&[Message { role: Role::User, content: "Write a haiku." }])?;
-//! for slot in 0..4 {
-//!     decoder.start(slot, &prompt, 64, Some(Speculative::with_shared(&config, &shared)?))?;
+//! let shared = Shared::new(&config)?; // one per engine: every request drafts on it
+//!
+//! let prompt = tokenize(&model, "<|im_start|>user\nCount to ten.<|im_end|>\n<|im_start|>assistant\n");
+//! let sampling = Sampler { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 7 };
+//! let spec = Speculative::with_shared(&config, &shared)?;
+//! stepper.start(SeqId::new(0), &prompt, Decode::sampled(256, sampling), Some(spec))?;
+//!
+//! let mut text = TextStream::new();
+//! while stepper.is_running() {
+//!     stepper.step(&mut target)?;
+//!     for event in stepper.events() {
+//!         print!("{}", text.push(&model, event.token)); // as each token is accepted
+//!     }
 //! }
-//! let mut finished = Vec::new();
-//! while decoder.any_busy() {
-//!     decoder.step(&mut finished)?; // one llama_decode for the four sequences
-//! }
-//! println!("{}", model.text(&finished[0].reply.tokens));
+//! let done = stepper.finished().next().expect("the request ended");
+//! println!("\n{} tokens in {} passes", done.reply.tokens.len(), done.reply.decode_passes);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Features `openmp`, `cuda`, `metal` and `vulkan` are forwarded to
+//! `llama-cpp-2`; an engine that depends on `llama-cpp-2` itself may set
+//! them there instead (Cargo builds one `llama-cpp-2` for both).
 
 #![deny(missing_docs)]
 
-pub mod cost;
-mod decoder;
 mod error;
-mod model;
-pub mod record;
-pub mod run;
+mod options;
 mod target;
+mod text;
 
-pub use decoder::{Counters, Decoder, Settings};
 pub use error::Error;
-pub use model::{Message, Model, Role};
-pub use selfspec::step::{Finished, Reply, Stop};
-pub use selfspec_conversations::argmax_gap;
+pub use options::Options;
 pub use target::LlamaTarget;
+pub use text::TextStream;
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+
+/// The tokens of `text` as the stepper takes them: special tokens such as
+/// `<|im_start|>` parsed, a BOS token added when the model asks for one.
+#[must_use]
+pub fn tokenize(model: &LlamaModel, text: &str) -> Vec<u32> {
+    let vocab = model.vocab();
+    vocab
+        .tokenize(text.as_bytes(), vocab.should_add_bos(), true)
+        .into_iter()
+        .filter_map(|t| u32::try_from(t.0).ok())
+        .collect()
+}
+
+/// Every token of `model` that ends a turn (llama.cpp's end-of-generation
+/// tokens: `<|im_end|>`, EOS, ...): the stepper's stop tokens
+/// ([`Stepper::with_stop_tokens`](selfspec::step::Stepper::with_stop_tokens)).
+#[must_use]
+pub fn end_tokens(model: &LlamaModel) -> Vec<u32> {
+    let vocab = model.vocab();
+    (0..model.n_vocab())
+        .filter(|&t| vocab.is_eog(LlamaToken(t)))
+        .filter_map(|t| u32::try_from(t).ok())
+        .collect()
+}

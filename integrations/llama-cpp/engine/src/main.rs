@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Summary, Tally};
-use selfspec_llama_cpp::cost::{self, PassCurve};
-use selfspec_llama_cpp::record;
-use selfspec_llama_cpp::run::{self, Drafting, TurnDivergence};
-use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings};
+use selfspec_llama_cpp_engine::cost::{self, PassCurve};
+use selfspec_llama_cpp_engine::record;
+use selfspec_llama_cpp_engine::run::{self, Drafting, TurnDivergence};
+use selfspec_llama_cpp_engine::{Decoder, Error, Message, Model, Role, Settings};
 
 use args::Args;
 

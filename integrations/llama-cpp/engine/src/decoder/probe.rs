@@ -3,6 +3,8 @@
 //! roll a cache back. Each empties the slot's cache in the stepper's view,
 //! so its next request starts from an empty cache.
 
+use selfspec::step::{Row, SeqId, Target};
+
 use super::{setting, Decoder};
 use crate::Error;
 
@@ -47,7 +49,7 @@ impl Decoder<'_> {
         let settings = self.settings();
         let mut total = 0;
         for (i, &(slot, tokens)) in parts.iter().enumerate() {
-            let held = self.target_for(slot)?.cached(slot).len();
+            let held = self.target_for(slot)?.cached(SeqId::new(slot)).len();
             if parts[..i].iter().any(|&(s, _)| s == slot) {
                 return Err(Error::Slot {
                     slot,
@@ -73,23 +75,28 @@ impl Decoder<'_> {
             "at most the batch size",
         )?;
         let target = &mut self.target;
-        let starts: Vec<usize> = parts.iter().map(|&(s, _)| target.cached(s).len()).collect();
+        let starts: Vec<usize> = parts
+            .iter()
+            .map(|&(s, _)| target.cached(SeqId::new(s)).len())
+            .collect();
         target.decode_rows(
             parts
                 .iter()
                 .zip(&starts)
                 .flat_map(|(&(slot, tokens), &pos)| {
-                    tokens
-                        .iter()
-                        .enumerate()
-                        .map(move |(i, &t)| (slot, t, pos + i, true))
+                    tokens.iter().enumerate().map(move |(i, &token)| Row {
+                        seq: SeqId::new(slot),
+                        token,
+                        pos: pos + i,
+                        output: true,
+                    })
                 }),
         )?;
         let mut out = Vec::with_capacity(parts.len());
         let mut row = 0;
         for &(_, tokens) in parts {
             let rows = (row..row + tokens.len())
-                .map(|i| target.row(i).map(<[f32]>::to_vec))
+                .map(|i| target.logits(i).map(<[f32]>::to_vec))
                 .collect::<Result<_, _>>()?;
             out.push(rows);
             row += tokens.len();
@@ -99,6 +106,7 @@ impl Decoder<'_> {
 
     /// Removes idle `slot`'s KV positions from `from` on.
     pub(crate) fn truncate(&mut self, slot: usize, from: usize) -> Result<(), Error> {
-        self.target_for(slot)?.remove(slot, from)
+        self.target_for(slot)?.truncate(SeqId::new(slot), from)?;
+        Ok(())
     }
 }

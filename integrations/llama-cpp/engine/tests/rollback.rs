@@ -6,8 +6,8 @@
 mod common;
 
 use selfspec::verify;
-use selfspec_llama_cpp::cost::measure_logit_noise;
-use selfspec_llama_cpp::{argmax_gap, Decoder, Message, Role};
+use selfspec_llama_cpp_engine::cost::measure_logit_noise;
+use selfspec_llama_cpp_engine::{argmax_gap, Decoder, Message, Role};
 
 const K: usize = 8;
 const BASE: usize = 6;

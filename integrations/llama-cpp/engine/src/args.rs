@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use selfspec_conversations::cli::{self, CommonArgs};
-use selfspec_llama_cpp::run::Scopes;
+use selfspec_llama_cpp_engine::run::Scopes;
 
 /// `--help`'s text.
 pub fn help() -> String {

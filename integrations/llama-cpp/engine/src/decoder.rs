@@ -15,8 +15,10 @@ use selfspec::Speculative;
 mod probe;
 mod settings;
 
-use crate::target::setting;
-use crate::{Error, LlamaTarget, Model};
+use selfspec_llama_cpp::LlamaTarget;
+
+use crate::{Error, Model};
+use settings::setting;
 pub use settings::Settings;
 
 /// Decode counters of a decoder since it was made (or
@@ -44,6 +46,8 @@ pub struct Counters {
 /// S sequences of one llama.cpp context, decoded in one batch a step by a
 /// [`Stepper`].
 pub struct Decoder<'m> {
+    model: &'m Model,
+    settings: Settings,
     target: LlamaTarget<'m>,
     stepper: Stepper,
     counters: Counters,
@@ -57,7 +61,7 @@ pub struct Decoder<'m> {
 impl std::fmt::Debug for Decoder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decoder")
-            .field("settings", &self.target.settings())
+            .field("settings", &self.settings)
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
@@ -74,11 +78,16 @@ impl<'m> Decoder<'m> {
     ///
     /// # Errors
     ///
-    /// As [`LlamaTarget::new`].
+    /// [`Error::Setting`] for zero sequences (or over 64), a context under
+    /// 16 tokens, zero threads, a batch smaller than two tokens a sequence
+    /// or a step under two tokens a sequence; [`Error::Context`] when
+    /// llama.cpp cannot make the context.
     pub fn new(model: &'m Model, settings: Settings) -> Result<Decoder<'m>, Error> {
-        let target = LlamaTarget::new(model, settings)?;
-        let stepper = stepper(&target, Some(PassTimes::new()))?;
+        let target = settings.target(model)?;
+        let stepper = stepper(model, &target, Some(PassTimes::new()))?;
         Ok(Decoder {
+            model,
+            settings,
             target,
             stepper,
             counters: Counters::default(),
@@ -98,9 +107,9 @@ impl<'m> Decoder<'m> {
     /// [`Error::KvCache`] if llama.cpp refuses to empty a cache.
     pub fn with_budget(mut self, times: Option<PassTimes>) -> Result<Decoder<'m>, Error> {
         for slot in 0..self.decoding.len() {
-            self.target.remove(slot, 0)?;
+            self.target.clear(SeqId::new(slot))?;
         }
-        self.stepper = stepper(&self.target, times)?;
+        self.stepper = stepper(self.model, &self.target, times)?;
         self.decoding.fill(false);
         Ok(self)
     }
@@ -114,13 +123,13 @@ impl<'m> Decoder<'m> {
     /// The settings it was made with.
     #[must_use]
     pub fn settings(&self) -> Settings {
-        self.target.settings()
+        self.settings
     }
 
     /// The model.
     #[must_use]
     pub fn model(&self) -> &'m Model {
-        self.target.model()
+        self.model
     }
 
     /// Decode counters since creation or the last reset.
@@ -169,14 +178,14 @@ impl<'m> Decoder<'m> {
     /// The tokens `slot`'s KV cache holds (empty for a slot that does not exist).
     #[must_use]
     pub fn cached(&self, slot: usize) -> &[u32] {
-        self.target.cached(slot)
+        self.target.cached(SeqId::new(slot))
     }
 
     /// The highest position llama.cpp's KV cache holds for `slot` (-1 when
     /// empty): `cached(slot).len() - 1` after every call.
     #[must_use]
     pub fn kv_pos_max(&self, slot: usize) -> i64 {
-        self.target.kv_pos_max(slot)
+        self.target.kv_pos_max(SeqId::new(slot))
     }
 
     /// Starts a reply of at most `max_tokens` tokens in `slot` after
@@ -219,7 +228,6 @@ impl<'m> Decoder<'m> {
     /// with rows in the pass ends ([`selfspec::step::Stop::Failed`], in
     /// `finished`) and its cache is emptied; the others go on.
     pub fn step(&mut self, finished: &mut Vec<Finished>) -> Result<(), Error> {
-        self.target.clear_rows();
         let t = Instant::now();
         let result = self.stepper.step(&mut self.target);
         let elapsed = t.elapsed();
@@ -239,7 +247,12 @@ impl<'m> Decoder<'m> {
     fn account(&mut self, elapsed: Duration) {
         let (mut prompt_rows, mut decode_rows) = (0, 0);
         for (slot, decoding) in self.decoding.iter_mut().enumerate() {
-            let (rows, _) = self.target.last_rows(slot);
+            // The stepper's pass (a failed step leaves the last one's).
+            let rows = if self.stepper.last_pass().is_some() {
+                self.target.last_rows(SeqId::new(slot))
+            } else {
+                0
+            };
             if *decoding {
                 decode_rows += rows;
             } else {
@@ -312,8 +325,12 @@ impl<'m> Decoder<'m> {
 
 /// A stepper over `target` that ends replies at the model's
 /// end-of-generation tokens, with the draft budget on `times` when given.
-fn stepper(target: &LlamaTarget<'_>, times: Option<PassTimes>) -> Result<Stepper, Error> {
-    let stepper = Stepper::new(target)?.with_stop_tokens(&target.model().end_tokens());
+fn stepper(
+    model: &Model,
+    target: &LlamaTarget<'_>,
+    times: Option<PassTimes>,
+) -> Result<Stepper, Error> {
+    let stepper = Stepper::new(target)?.with_stop_tokens(&model.end_tokens());
     Ok(match times {
         Some(times) => stepper.with_budget(times),
         None => stepper,

@@ -6,8 +6,8 @@ mod common;
 use std::path::Path;
 
 use selfspec_conversations::Conversation;
-use selfspec_llama_cpp::run::decode_pass;
-use selfspec_llama_cpp::{Decoder, Error, Message, Model, Role, Settings, Stop};
+use selfspec_llama_cpp_engine::run::decode_pass;
+use selfspec_llama_cpp_engine::{Decoder, Error, Message, Model, Role, Settings, Stop};
 
 fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let path =

@@ -6,9 +6,9 @@ mod common;
 
 use selfspec::Config;
 use selfspec_conversations::{compare, Conversation, Divergence, DraftSet};
-use selfspec_llama_cpp::cost::calibrate;
-use selfspec_llama_cpp::run::{cache_reach, decode_pass, reply_texts, Drafting, Scopes};
-use selfspec_llama_cpp::{Decoder, Message, Model, Role};
+use selfspec_llama_cpp_engine::cost::calibrate;
+use selfspec_llama_cpp_engine::run::{cache_reach, decode_pass, reply_texts, Drafting, Scopes};
+use selfspec_llama_cpp_engine::{Decoder, Message, Model, Role};
 
 const MAX_TOKENS: usize = 128;
 
