@@ -151,7 +151,8 @@ fn bad_options_and_rows_are_typed_errors() {
         output: true,
     };
     let vocab = target.shape().vocab;
-    let bad: [(Vec<Row>, fn(&Error) -> bool); 5] = [
+    type Case = (Vec<Row>, fn(&Error) -> bool);
+    let bad: [Case; 5] = [
         (vec![], |e| matches!(e, Error::EmptyPass)),
         (vec![row(0, 1, 1)], |e| {
             matches!(e, Error::Position { held: 0, .. })

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use selfspec::step::Sampler;
 use selfspec_conversations::cli::{self, CommonArgs};
 use selfspec_llama_cpp_engine::run::Scopes;
 
@@ -27,6 +28,12 @@ pub fn help() -> String {
   --record FILE          write the plain replies as a replay workload (JSON
                          Lines, one session a conversation: each turn's prompt
                          and reply tokens; docs/replay.md), e.g. for gpu_sim
+  --temperature T        sample every reply (plain and speculative) at
+                         temperature T with llama.cpp's other defaults (top-k
+                         40, top-p 0.95, min-p 0.05); replies then differ by
+                         their draws and are not compared token for token
+                         (default 0: greedy)
+  --seed S               the first request's seed, the next ones' S + 1, ...
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -52,6 +59,8 @@ pub struct Args {
     pub scopes: Scopes,
     /// `--record`: where to write the plain replies as a replay workload.
     pub record: Option<PathBuf>,
+    /// `--temperature`, `--seed`: sampled decoding.
+    pub sampler: Option<Sampler>,
 }
 
 /// Parses the arguments after the program's name.
@@ -60,6 +69,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
     let mut scopes = Scopes::Kind;
     let mut record = None;
+    let (mut temperature, mut seed) = (0.0f32, 0u64);
     let common = cli::parse(it, |option, value| {
         match option {
             "--parallel" => {
@@ -73,6 +83,20 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--pass-cost" => pass_cost = true,
             "--flash-attn" => flash_attention = on_off(option, &value(option)?)?,
             "--budget" => budget = on_off(option, &value(option)?)?,
+            "--temperature" => {
+                let v = value(option)?;
+                temperature = v
+                    .parse()
+                    .ok()
+                    .filter(|t: &f32| t.is_finite() && *t >= 0.0)
+                    .ok_or(format!("{option}: {v:?} is not a temperature (0 or more)"))?;
+            }
+            "--seed" => {
+                let v = value(option)?;
+                seed = v
+                    .parse()
+                    .map_err(|_| format!("{option}: {v:?} is not a seed"))?;
+            }
             "--record" => record = Some(PathBuf::from(value(option)?)),
             "--scopes" => {
                 scopes = match value(option)?.as_str() {
@@ -95,6 +119,11 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         budget,
         scopes,
         record,
+        sampler: (temperature > 0.0).then(|| Sampler {
+            temperature,
+            seed,
+            ..Sampler::default()
+        }),
     })
 }
 

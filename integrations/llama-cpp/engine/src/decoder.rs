@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use selfspec::step::{Decode, Finished, PassTimes, SeqId, Stepper};
+use selfspec::step::{Decode, Finished, PassTimes, Sampler, SeqId, Stepper};
 use selfspec::Speculative;
 
 mod probe;
@@ -56,6 +56,9 @@ pub struct Decoder<'m> {
     decoding: Vec<bool>,
     /// Tokens each sequence got in the last step.
     got: Vec<usize>,
+    /// Sampled decoding: the sampler of the next request (its seed is
+    /// the next one's minus 1).
+    sampling: Option<Sampler>,
 }
 
 impl std::fmt::Debug for Decoder<'_> {
@@ -93,6 +96,7 @@ impl<'m> Decoder<'m> {
             counters: Counters::default(),
             decoding: vec![false; settings.sequences],
             got: vec![0; settings.sequences],
+            sampling: None,
         })
     }
 
@@ -112,6 +116,15 @@ impl<'m> Decoder<'m> {
         self.stepper = stepper(self.model, &self.target, times)?;
         self.decoding.fill(false);
         Ok(self)
+    }
+
+    /// The decoder with every request sampled by `sampler` (the first
+    /// request with its seed, the next ones with the seeds after it), or
+    /// greedy (`None`, the default).
+    #[must_use]
+    pub fn with_sampling(mut self, sampler: Option<Sampler>) -> Decoder<'m> {
+        self.sampling = sampler;
+        self
     }
 
     /// The draft budget's pass-time model, when the budget is on.
@@ -189,7 +202,7 @@ impl<'m> Decoder<'m> {
     }
 
     /// Starts a reply of at most `max_tokens` tokens in `slot` after
-    /// `prompt`, greedy: the common prefix with what the slot's cache holds
+    /// `prompt`, greedy (or sampled: [`with_sampling`](Decoder::with_sampling)): the common prefix with what the slot's cache holds
     /// is kept, the rest of the prompt is prefilled by the next steps, in
     /// chunks beside the other slots' rows, and the first token chosen.
     /// With `spec`, the reply is decoded speculatively. Other slots are not
@@ -210,7 +223,14 @@ impl<'m> Decoder<'m> {
         spec: Option<Speculative>,
     ) -> Result<(), Error> {
         setting("max_tokens", max_tokens, max_tokens > 0, "at least 1")?;
-        let decode = Decode::greedy(max_tokens);
+        let decode = match &mut self.sampling {
+            Some(s) => {
+                let d = Decode::sampled(max_tokens, *s);
+                s.seed = s.seed.wrapping_add(1);
+                d
+            }
+            None => Decode::greedy(max_tokens),
+        };
         self.stepper.start(SeqId::new(slot), prompt, decode, spec)?;
         self.decoding[slot] = false;
         Ok(())

@@ -78,6 +78,10 @@ fn near_tie_bound(
     if let Some(b) = args.common.near_tie {
         return Ok(b);
     }
+    if args.sampler.is_some() {
+        // Not compared token for token: every difference passes.
+        return Ok(f32::INFINITY);
+    }
     let model = decoder.model();
     let first = conversations.first().and_then(|c| c.turns.first());
     let prompt = model.chat_prompt(&[Message {
@@ -121,6 +125,7 @@ fn run(args: &Args) -> Result<bool, Error> {
     if !args.budget {
         decoder = decoder.with_budget(None)?;
     }
+    decoder = decoder.with_sampling(args.sampler);
     println!(
         "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}",
         path.display(),
@@ -133,6 +138,14 @@ fn run(args: &Args) -> Result<bool, Error> {
         if settings.flash_attention { "on" } else { "off" }
     );
     println!("draft budget: {}", if args.budget { "on" } else { "off" });
+    if let Some(s) = args.sampler {
+        println!(
+            "sampled at temperature {} (top-k {}, top-p {}, min-p {}), seeds from {}: replies \
+             differ by their draws, so they are not compared token for token (plain and \
+             speculative sampling have one distribution: the adapter's tests/sampled.rs)",
+            s.temperature, s.top_k, s.top_p, s.min_p, s.seed
+        );
+    }
     if args.pass_cost {
         // Conversations' caches grow to thousands of tokens (code edits):
         // a pass's cost is measured at several lengths, not only 256.
