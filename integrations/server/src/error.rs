@@ -1,0 +1,143 @@
+//! The server's errors: what a request gets back ([`ApiError`], OpenAI's
+//! error body) and why the server could not start ([`StartError`]).
+
+use std::path::PathBuf;
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answered to a client, with OpenAI's body:
+/// `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// OpenAI's error type (`invalid_request_error`, `server_error`, ...).
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<&'static str>,
+    /// A machine-readable code, if there is one.
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// 400: a request field (`param`) outside what the server takes.
+    pub fn invalid(param: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param),
+            code: None,
+        }
+    }
+
+    /// The same error with a code.
+    #[must_use]
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// 503 with `Retry-After: 1`: every slot is busy and the queue is full,
+    /// or the server is shutting down.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("overloaded"),
+        }
+    }
+
+    /// 500: the engine failed the request (a forward pass failed).
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    /// The body: `{"error": {...}}`.
+    #[must_use]
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    /// Every body axum cannot read as the request (not JSON, a field of the
+    /// wrong type, a missing field, no JSON content type) is a 400 with
+    /// serde's message; a body over the size limit keeps its 413.
+    fn from(rejection: JsonRejection) -> ApiError {
+        let status = match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError {
+            status,
+            message: rejection.body_text(),
+            kind: "invalid_request_error",
+            param: None,
+            code: None,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// No model file was given and none was found.
+    #[error(
+        "no model: {0} (give --gguf PATH, set SELFSPEC_MODEL, or run integrations/fetch-model.sh)"
+    )]
+    NoModel(String),
+    /// llama.cpp's backend did not start.
+    #[error("llama.cpp's backend: {0}")]
+    Backend(String),
+    /// llama.cpp could not load the model.
+    #[error("cannot load the model {path}: {message}")]
+    Model {
+        /// The GGUF file.
+        path: PathBuf,
+        /// llama.cpp's error.
+        message: String,
+    },
+    /// The llama.cpp context or the stepper could not be made.
+    #[error("cannot make the llama.cpp context: {0}")]
+    Context(String),
+    /// The engine-wide memory could not be made or loaded.
+    #[error("the engine-wide memory: {0}")]
+    Memory(#[from] selfspec::Error),
+    /// The address could not be bound, or the server failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
