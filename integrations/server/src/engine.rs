@@ -184,6 +184,8 @@ fn make_target<'m>(
 struct Active {
     events: UnboundedSender<Event>,
     cancel: Arc<AtomicBool>,
+    /// Ended by its handler at a stop string (not by a client gone).
+    cut: bool,
 }
 
 /// The engine thread's state.
@@ -239,9 +241,11 @@ impl Engine {
 
     /// Cancels the requests whose handler went away or asked to stop.
     fn drop_gone(&mut self) {
-        for (i, slot) in self.slots.iter().enumerate() {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
             if let Some(a) = slot {
-                if a.events.is_closed() || a.cancel.load(Ordering::Relaxed) {
+                let gone = a.events.is_closed();
+                if gone || a.cancel.load(Ordering::Relaxed) {
+                    a.cut = !gone;
                     self.stepper.cancel(SeqId::new(i));
                 }
             }
@@ -319,6 +323,7 @@ impl Engine {
         self.slots[seq.index()] = Some(Active {
             events: job.events,
             cancel: job.cancel,
+            cut: false,
         });
     }
 
@@ -365,6 +370,7 @@ impl Engine {
             m.count_finished(match r.stop {
                 Stop::StopToken => "stop",
                 Stop::MaxTokens | Stop::ContextFull => "length",
+                Stop::Cancelled if active.cut => "stop",
                 Stop::Cancelled => "cancelled",
                 _ => "failed",
             });

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""A load generator for OpenAI-compatible chat servers (selfspec-server,
+llama-server's /v1 endpoint): conversations from integrations/data/*.text.jsonl,
+Poisson arrivals, streamed replies.
+
+Each arrival (a Poisson process of --rate requests a second) sends the next
+turn of a conversation whose previous reply has come back, with the earlier
+turns and the model's own earlier replies in its messages (as the engine
+commands do); when none is ready, the next conversation of the files starts.
+Arrivals stop after --duration seconds; the requests in flight are waited for.
+
+Prints one JSON line: requests, completed, errors, generated tokens a second
+(all replies' tokens over the wall time), time to first token and
+per-request latency (p50, p99, milliseconds).
+
+usage: scripts/load.py --url http://127.0.0.1:8080 --rate 1 --duration 60
+       [--max-tokens 256] [--temperature 0] [--data FILE ...] [--model NAME]
+
+Standard library only. Not run in CI (a benchmark: run it on a quiet machine).
+"""
+
+import argparse
+import glob
+import http.client
+import json
+import os
+import random
+import sys
+import threading
+import time
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "data")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the server's base URL")
+    p.add_argument("--rate", type=float, default=1.0, help="requests a second (Poisson arrivals)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--model", default="default", help="the request's model field")
+    p.add_argument("--data", nargs="*", help="*.text.jsonl files (default: integrations/data's)")
+    p.add_argument("--seed", type=int, default=0, help="the arrivals' random seed")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
+    return p.parse_args()
+
+
+def conversations(files):
+    """Every conversation's user turns, file by file."""
+    out = []
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    turns = json.loads(line).get("turns") or []
+                    if turns:
+                        out.append(turns)
+    if not out:
+        sys.exit("load.py: no conversations in " + ", ".join(files))
+    return out
+
+
+class Session:
+    """A conversation: its turns, the messages so far, the next turn."""
+
+    def __init__(self, turns):
+        self.turns, self.messages, self.next = turns, [], 0
+
+    def done(self):
+        return self.next >= len(self.turns)
+
+
+class Pool:
+    """Conversations ready for their next turn."""
+
+    def __init__(self, convs):
+        self.convs, self.opened, self.ready = convs, 0, []
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            if self.ready:
+                return self.ready.pop(0)
+            s = Session(self.convs[self.opened % len(self.convs)])
+            self.opened += 1
+            return s
+
+    def give_back(self, s):
+        if not s.done():
+            with self.lock:
+                self.ready.append(s)
+
+
+def stream_request(url, body, timeout):
+    """POSTs a streamed chat completion; returns (ttft, latency, tokens, text)
+    in seconds, or raises on an HTTP error."""
+    u = urllib.parse.urlparse(url)
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=timeout)
+    path = (u.path.rstrip("/") or "") + "/v1/chat/completions"
+    start = time.perf_counter()
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+    ttft, chunks, usage, text = None, 0, None, []
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise RuntimeError(str(chunk["error"])[:200])
+        for c in chunk.get("choices") or []:
+            piece = (c.get("delta") or {}).get("content")
+            if piece:
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                chunks += 1
+                text.append(piece)
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+    latency = time.perf_counter() - start
+    conn.close()
+    tokens = usage["completion_tokens"] if usage else chunks
+    return (ttft if ttft is not None else latency), latency, tokens, "".join(text)
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(1e3 * xs[min(len(xs) - 1, int(q * len(xs)))], 1)
+
+
+def main():
+    a = parse_args()
+    files = a.data or sorted(glob.glob(os.path.join(DATA, "*.text.jsonl")))
+    pool = Pool(conversations(files))
+    rng = random.Random(a.seed)
+    stats = {"ttft": [], "latency": [], "tokens": 0, "errors": 0, "sent": 0}
+    lock = threading.Lock()
+
+    def one(session):
+        turn = session.turns[session.next]
+        messages = session.messages + [{"role": "user", "content": turn}]
+        body = {
+            "model": a.model,
+            "messages": messages,
+            "max_tokens": a.max_tokens,
+            "temperature": a.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            ttft, latency, tokens, text = stream_request(a.url, body, a.timeout)
+        except Exception as e:  # noqa: BLE001 (counted, the conversation dropped)
+            print(f"load.py: {e}", file=sys.stderr)
+            with lock:
+                stats["errors"] += 1
+            return
+        with lock:
+            stats["ttft"].append(ttft)
+            stats["latency"].append(latency)
+            stats["tokens"] += tokens
+        session.messages = messages + [{"role": "assistant", "content": text}]
+        session.next += 1
+        pool.give_back(session)
+
+    threads = []
+    start = time.perf_counter()
+    at = rng.expovariate(a.rate)
+    while at < a.duration:
+        time.sleep(max(0.0, start + at - time.perf_counter()))
+        t = threading.Thread(target=one, args=(pool.take(),), daemon=True)
+        t.start()
+        threads.append(t)
+        stats["sent"] += 1
+        at += rng.expovariate(a.rate)
+    for t in threads:
+        t.join(a.timeout)
+    wall = time.perf_counter() - start
+    print(json.dumps({
+        "url": a.url,
+        "rate": a.rate,
+        "duration_s": a.duration,
+        "wall_s": round(wall, 2),
+        "requests": stats["sent"],
+        "completed": len(stats["latency"]),
+        "errors": stats["errors"],
+        "generated_tokens": stats["tokens"],
+        "tokens_per_s": round(stats["tokens"] / wall, 2) if wall > 0 else 0.0,
+        "ttft_p50_ms": pct(stats["ttft"], 0.50),
+        "ttft_p99_ms": pct(stats["ttft"], 0.99),
+        "latency_p50_ms": pct(stats["latency"], 0.50),
+        "latency_p99_ms": pct(stats["latency"], 0.99),
+    }))
+
+
+if __name__ == "__main__":
+    main()
