@@ -3,6 +3,7 @@
 //! prompt chunks of joining sequences.
 
 use super::budget::Budget;
+use super::reply::Sampling;
 use super::sequence::{Live, Phase, Sequence};
 use super::target::{Row, SeqId};
 use super::{Batch, Stepper};
@@ -108,15 +109,8 @@ fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], prompt_rows: usize) {
         let (Some(spec), false) = (&live.spec, live.draft.is_empty()) else {
             continue;
         };
-        budget.probabilities.clear();
-        let own = spec.draft_probabilities();
-        if own.len() == live.draft.len() {
-            budget.probabilities.extend_from_slice(own);
-        } else if let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) {
-            budget
-                .acceptance
-                .estimates(&d.name, live.draft.len(), &mut budget.probabilities);
-        }
+        let sampled = matches!(live.decode.sampling, Sampling::Random(_));
+        budget.estimate(spec, live.draft.len(), sampled);
         let probabilities = std::mem::take(&mut budget.probabilities);
         budget.add(crate::int::small(i), &probabilities);
         budget.probabilities = probabilities;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::reply::{Finished, Stop, TokenEvent};
+use super::reply::{Finished, Sampling, Stop, TokenEvent};
 use super::sequence::Phase;
 use super::target::{Kept, SeqId, Target};
 use super::{Pass, StepError, Stepper};
@@ -139,7 +139,8 @@ impl Stepper {
                 live.reply.accepted += n;
                 if let Some(spec) = &mut live.spec {
                     if let Some(budget) = &mut self.budget {
-                        budget.learn(spec, k, n);
+                        let sampled = matches!(live.decode.sampling, Sampling::Random(_));
+                        budget.learn(spec, k, n, sampled);
                     }
                     spec.accept(n);
                 }

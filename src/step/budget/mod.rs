@@ -14,9 +14,11 @@
 use std::time::Duration;
 
 mod acceptance;
+mod calibration;
 mod times;
 
 pub(crate) use acceptance::Acceptance;
+use calibration::Calibration;
 pub use times::PassTimes;
 
 use crate::int::float;
@@ -36,11 +38,13 @@ pub(crate) struct Candidate {
 }
 
 /// The budget's state: the pass-time model, the measured acceptance of
-/// drafters without estimates, and scratch.
+/// drafters without estimates, the correction of those with estimates,
+/// and scratch.
 #[derive(Clone, Debug)]
 pub(crate) struct Budget {
     pub times: PassTimes,
     pub acceptance: Acceptance,
+    pub calibration: Calibration,
     pub candidates: Vec<Candidate>,
     pub probabilities: Vec<f64>,
     /// Draft rows kept per sequence (scratch).
@@ -63,6 +67,7 @@ impl Budget {
         Budget {
             times,
             acceptance: Acceptance::default(),
+            calibration: Calibration::default(),
             candidates: Vec::new(),
             probabilities: Vec::new(),
             keep: Vec::new(),
@@ -120,13 +125,46 @@ impl Budget {
         self.token_cost
     }
 
+    /// The acceptance of each token of `spec`'s draft of `len` tokens,
+    /// given the ones before, into `probabilities`: its drafter's own
+    /// estimates as corrected by what the stepper measured, or the
+    /// acceptance measured by position for a drafter without estimates.
+    pub(crate) fn estimate(&mut self, spec: &crate::Speculative, len: usize, sampled: bool) {
+        self.probabilities.clear();
+        let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) else {
+            return;
+        };
+        let own = spec.draft_probabilities();
+        if own.len() == len {
+            self.calibration
+                .correct(&d.name, sampled, own, &mut self.probabilities);
+        } else {
+            self.acceptance
+                .estimates(&d.name, len, &mut self.probabilities);
+        }
+    }
+
     /// Learns from a verified draft of `verified` tokens with `accepted`
-    /// kept, when its drafter makes no estimate of its own.
-    pub(crate) fn learn(&mut self, spec: &crate::Speculative, verified: usize, accepted: usize) {
-        if verified == 0 || !spec.draft_probabilities().is_empty() {
+    /// kept: the acceptance by position of a drafter without estimates,
+    /// the correction of one with estimates.
+    pub(crate) fn learn(
+        &mut self,
+        spec: &crate::Speculative,
+        verified: usize,
+        accepted: usize,
+        sampled: bool,
+    ) {
+        if verified == 0 {
             return;
         }
-        if let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) {
+        let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) else {
+            return;
+        };
+        let own = spec.draft_probabilities();
+        if own.len() >= verified {
+            self.calibration
+                .record(&d.name, sampled, &own[..verified], accepted);
+        } else {
             self.acceptance.record(&d.name, verified, accepted);
         }
     }

@@ -1,0 +1,163 @@
+//! The budget's correction of drafters' own acceptance estimates (recall's
+//! `draft_probabilities`), learned from the drafts the stepper verified.
+//!
+//! A drafter estimates how likely its tokens are to match what the target
+//! chooses. Those estimates are its own: learned under greedy decoding,
+//! over whatever the engine-wide memory holds. Under sampled decoding a
+//! drafted token is kept only as often as the target's probability of it,
+//! and a memory trained on one kind of traffic can be confident about
+//! another's. The budget trusts an estimate only as far as the stepper has
+//! seen it come true: each estimate falls into a bucket, and a bucket's
+//! acceptance, measured over the drafted tokens verified there, replaces
+//! it once there are enough of them.
+
+use crate::int::float;
+
+/// Buckets of estimated probability, equally wide.
+const BUCKETS: usize = 10;
+
+/// How many verified tokens the drafter's own estimate counts as, in its
+/// bucket: the correction takes over after a few dozen tokens. Varying it
+/// from 4 to 32 moved the 21-turn subset's speed-up by under 2%
+/// (BENCHMARKS.md, "Calibrated estimates").
+const PRIOR: f64 = 8.0;
+
+/// Tokens a bucket remembers: past it, its counts are halved, so that the
+/// correction follows a change of traffic within a few hundred tokens.
+const MEMORY: f64 = 256.0;
+
+/// Per drafter name and kind of decoding (greedy, sampled): each bucket's
+/// verified and accepted tokens.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Calibration {
+    drafters: Vec<Entry>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    name: String,
+    sampled: bool,
+    buckets: [Bucket; BUCKETS],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    tried: f64,
+    accepted: f64,
+}
+
+/// The bucket of estimate `p` (clamped to `[0, 1]`).
+fn bucket(p: f64) -> usize {
+    let b = p.clamp(0.0, 1.0) * float(BUCKETS);
+    // In 0..=BUCKETS (the cast floors it); a sure estimate joins the top
+    // bucket.
+    crate::int::ix(crate::int::whole(b)).min(BUCKETS - 1)
+}
+
+impl Calibration {
+    fn entry(&mut self, name: &str, sampled: bool) -> &mut [Bucket; BUCKETS] {
+        let i = match self
+            .drafters
+            .iter()
+            .position(|e| e.name == name && e.sampled == sampled)
+        {
+            Some(i) => i,
+            None => {
+                self.drafters.push(Entry {
+                    name: name.to_string(),
+                    sampled,
+                    buckets: [Bucket::default(); BUCKETS],
+                });
+                self.drafters.len() - 1
+            }
+        };
+        &mut self.drafters[i].buckets
+    }
+
+    /// Appends to `out` each of `estimates` corrected by what was measured
+    /// in its bucket.
+    pub(crate) fn correct(
+        &mut self,
+        name: &str,
+        sampled: bool,
+        estimates: &[f64],
+        out: &mut Vec<f64>,
+    ) {
+        let buckets = self.entry(name, sampled);
+        out.extend(estimates.iter().map(|&p| {
+            let b = buckets[bucket(p)];
+            (b.accepted + PRIOR * p.clamp(0.0, 1.0)) / (b.tried + PRIOR)
+        }));
+    }
+
+    /// A draft whose tokens had `estimates` was verified: its first
+    /// `accepted` tokens kept, the one after them (if any) refused; the
+    /// tokens after a refused one were not tried.
+    pub(crate) fn record(&mut self, name: &str, sampled: bool, estimates: &[f64], accepted: usize) {
+        let buckets = self.entry(name, sampled);
+        for (i, &p) in estimates.iter().enumerate().take(accepted + 1) {
+            let b = &mut buckets[bucket(p)];
+            if b.tried >= MEMORY {
+                b.tried /= 2.0;
+                b.accepted /= 2.0;
+            }
+            b.tried += 1.0;
+            if i < accepted {
+                b.accepted += 1.0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corrected(c: &mut Calibration, name: &str, sampled: bool, p: f64) -> f64 {
+        let mut out = Vec::new();
+        c.correct(name, sampled, &[p], &mut out);
+        out[0]
+    }
+
+    #[test]
+    fn learns_by_bucket_apart_by_drafter_and_mode() {
+        let mut c = Calibration::default();
+        // Nothing measured: the drafter's own estimates.
+        assert!((corrected(&mut c, "recall", false, 0.9) - 0.9).abs() < 1e-12);
+        // Estimates of 0.9 that came true one time in five.
+        for _ in 0..200 {
+            c.record("recall", true, &[0.95, 0.9], 0);
+        }
+        let p = corrected(&mut c, "recall", true, 0.9);
+        assert!((0.0..0.1).contains(&p), "{p}");
+        // (case, drafter, sampled, estimate, expected): the other mode, the
+        // other drafter and other buckets keep their own.
+        let cases = [
+            ("greedy decoding", "recall", false, 0.9, 0.9),
+            ("another drafter", "other", true, 0.9, 0.9),
+            ("another bucket", "recall", true, 0.5, 0.5),
+        ];
+        for (case, name, sampled, est, want) in cases {
+            let got = corrected(&mut c, name, sampled, est);
+            assert!((got - want).abs() < 1e-12, "{case}: {got}");
+        }
+        // Only the tokens up to the first refused one are counted.
+        let mut d = Calibration::default();
+        d.record("r", false, &[0.15, 0.15, 0.15, 0.15], 1);
+        let b = d.drafters[0].buckets[1];
+        assert_eq!((b.tried, b.accepted), (2.0, 1.0));
+    }
+
+    #[test]
+    fn follows_a_change_of_traffic() {
+        let mut c = Calibration::default();
+        for _ in 0..1000 {
+            c.record("r", false, &[0.85], 0);
+        }
+        for _ in 0..600 {
+            c.record("r", false, &[0.85], 1);
+        }
+        let p = corrected(&mut c, "r", false, 0.85);
+        assert!(p > 0.8, "{p}");
+    }
+}
