@@ -50,13 +50,14 @@ free_port() {
     "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# Starts the server on a free port (sets pid and url); waits for /health.
+# Starts the server on a free port with --memory $tmp/mem.bin and the
+# options given (sets pid and url); waits for /health.
 start_server() {
     local port
     port=$(free_port)
     url="http://127.0.0.1:$port"
-    "$server" --gguf "$SELFSPEC_MODEL" --port "$port" --parallel 4 --threads 2 \
-        --memory "$tmp/mem.bin" >>"$tmp/server.log" 2>&1 &
+    "$server" --gguf "$SELFSPEC_MODEL" --port "$port" --threads 2 \
+        --memory "$tmp/mem.bin" "$@" >>"$tmp/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 300); do
         if curl -sf "$url/health" >/dev/null 2>&1; then
@@ -75,7 +76,7 @@ start_server() {
 }
 
 step "server + tests/client.py"
-start_server
+start_server --parallel 4
 "$py" tests/client.py "$url"
 
 step "SIGTERM during decoding"
@@ -98,9 +99,27 @@ wait "$curl_pid" || true
 grep -q 'data: \[DONE\]' "$tmp/long.out" || { echo "ci: the stream did not end with [DONE] at shutdown" >&2; exit 1; }
 echo "memory file: $(stat -c %s "$tmp/mem.bin") bytes"
 
-step "restart from the memory file"
-start_server
+step "restart from the memory file; a full queue answers 503"
+grep -q 'memory saved' "$tmp/server.log" || { echo "ci: no save at shutdown in the log" >&2; exit 1; }
+start_server --parallel 1 --queue 1
+grep -q 'memory loaded' "$tmp/server.log" || { echo "ci: the restart did not load the memory file" >&2; exit 1; }
 curl -sf "$url/health" >/dev/null
+body='{"messages": [{"role": "user", "content": "Write a story."}], "max_tokens": 300, "temperature": 0}'
+post() { curl -s -o /dev/null -w '%{http_code}' "$url/v1/chat/completions" -H 'Content-Type: application/json' -d "$body"; }
+post >"$tmp/first.code" &
+first=$!
+sleep 0.5   # the first request is in the slot
+post >"$tmp/second.code" &
+second=$!
+sleep 0.5   # the second one waits in the queue
+third=$(curl -s -D "$tmp/third.headers" -o "$tmp/third.body" -w '%{http_code}' "$url/v1/chat/completions" \
+    -H 'Content-Type: application/json' -d "$body")
+wait "$first" "$second"
+[ "$third" = 503 ] || { echo "ci: a request beyond the queue got $third, not 503" >&2; exit 1; }
+grep -qi '^retry-after: 1' "$tmp/third.headers" || { echo "ci: no Retry-After: 1 on the 503" >&2; exit 1; }
+grep -q '"error"' "$tmp/third.body" || { echo "ci: the 503 has no error body" >&2; exit 1; }
+[ "$(cat "$tmp/first.code")" = 200 ] && [ "$(cat "$tmp/second.code")" = 200 ] \
+    || { echo "ci: the requests in the slot and the queue did not complete" >&2; exit 1; }
 kill -TERM "$pid"
 wait "$pid"
 pid=""

@@ -90,14 +90,41 @@ impl From<JsonRejection> for ApiError {
             StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::BAD_REQUEST,
         };
+        let message = rejection.body_text();
         ApiError {
             status,
-            message: rejection.body_text(),
+            param: field_of(&message),
+            message,
             kind: "invalid_request_error",
-            param: None,
             code: None,
         }
     }
+}
+
+/// The request fields an error can name.
+const FIELDS: [&str; 11] = [
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "stream",
+    "user",
+    "speculative",
+    "model",
+];
+
+/// The field a serde error names (`...target type: messages[0].role: ...`),
+/// or the missing one (`missing field `messages``).
+fn field_of(message: &str) -> Option<&'static str> {
+    let named = |s: &str| FIELDS.iter().copied().find(|f| *f == s);
+    if let Some(rest) = message.split("missing field `").nth(1) {
+        return rest.split('`').next().and_then(named);
+    }
+    let path = message.split("target type: ").nth(1)?.split(": ").next()?;
+    named(path.split(['.', '[']).next()?)
 }
 
 impl IntoResponse for ApiError {
@@ -140,4 +167,27 @@ pub enum StartError {
     /// The address could not be bound, or the server failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_field_of_a_serde_error() {
+        let m = "Failed to deserialize the JSON body into the target type: messages[0].role: invalid type";
+        assert_eq!(field_of(m), Some("messages"));
+        let m = "Failed to deserialize the JSON body into the target type: temperature: invalid type: string";
+        assert_eq!(field_of(m), Some("temperature"));
+        let m = "Failed to deserialize the JSON body into the target type: missing field `messages` at line 1";
+        assert_eq!(field_of(m), Some("messages"));
+        assert_eq!(
+            field_of("Failed to parse the request body as JSON: key must be a string"),
+            None
+        );
+        let body = ApiError::invalid("top_p", "x").with_code("c").body();
+        assert_eq!(body["error"]["param"], "top_p");
+        assert_eq!(body["error"]["code"], "c");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
 }

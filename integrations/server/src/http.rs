@@ -96,14 +96,19 @@ async fn chat(
 }
 
 async fn run_chat(
-    app: &App,
+    app: &Arc<App>,
     headers: &HeaderMap,
     body: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
     let scope = scope_of(headers, request.user.as_deref());
     let checked = request.check(app.context)?;
-    let prompt = app.prompt(&checked.messages)?;
+    // Templating and tokenizing a long prompt take a while: off the
+    // async workers.
+    let (template_app, messages) = (Arc::clone(app), checked.messages.clone());
+    let prompt = tokio::task::spawn_blocking(move || template_app.prompt(&messages))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))??;
     let room = app.context - prompt.len();
     let max_tokens = checked.max_tokens.unwrap_or(room);
     let decode = if checked.temperature == 0.0 {

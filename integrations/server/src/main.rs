@@ -94,7 +94,18 @@ fn run(args: &Args) -> Result<(), StartError> {
         })?;
     let config = Config::recommended();
     let shared = match &args.memory {
-        Some(file) => Shared::builder().load_or_create(file).build(&config)?,
+        Some(file) => {
+            let existed = file.exists();
+            let shared = Shared::builder().load_or_create(file).build(&config)?;
+            if existed {
+                eprintln!(
+                    "selfspec-server: memory loaded from {} ({} bytes in memory)",
+                    file.display(),
+                    shared.heap_bytes()
+                );
+            }
+            shared
+        }
         None => Shared::new(&config)?,
     };
     let metrics = Arc::new(Metrics::default());

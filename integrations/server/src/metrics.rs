@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Counters the HTTP handlers and the engine thread update.
 #[derive(Debug, Default)]
@@ -27,31 +27,22 @@ pub struct Metrics {
     pub queued: AtomicU64,
     /// Draft tokens sent and accepted, by strategy.
     drafts: Mutex<BTreeMap<String, (u64, u64)>>,
-    /// Memory file saves that succeeded and failed.
+    /// Memory file saves that succeeded.
     pub saves: AtomicU64,
     /// Memory file saves that failed.
     pub save_failures: AtomicU64,
 }
 
-/// One metric's samples: name, help, type, `(labels, value)` pairs.
-type Family<'a> = (&'a str, &'a str, &'a str, Vec<(String, f64)>);
-
 impl Metrics {
     /// Counts a request that ended with `reason`.
     pub fn count_finished(&self, reason: &'static str) {
-        let mut f = self
-            .finished
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut f = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
         *f.entry(reason).or_default() += 1;
     }
 
     /// Adds a request's drafted and accepted tokens for `strategy`.
     pub fn count_drafts(&self, strategy: &str, drafted: u64, accepted: u64) {
-        let mut d = self
-            .drafts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut d = self.drafts.lock().unwrap_or_else(PoisonError::into_inner);
         let e = d.entry(strategy.to_string()).or_default();
         e.0 += drafted;
         e.1 += accepted;
@@ -60,120 +51,10 @@ impl Metrics {
     /// The Prometheus text exposition of every counter, for `slots` slots.
     #[must_use]
     pub fn render(&self, slots: usize) -> String {
-        let get = |a: &AtomicU64| float(a.load(Ordering::Relaxed));
-        let plain = |v: f64| vec![(String::new(), v)];
-        let finished: Vec<(String, f64)> = {
-            let f = self
-                .finished
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            f.iter()
-                .map(|(k, v)| (format!("finish=\"{k}\""), float(*v)))
-                .collect()
-        };
-        let total: f64 = finished.iter().map(|(_, v)| v).sum();
-        let (drafted, accepted): (Vec<_>, Vec<_>) = {
-            let d = self
-                .drafts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            d.iter()
-                .map(|(k, (g, a))| {
-                    let label = format!("strategy=\"{}\"", escape(k));
-                    ((label.clone(), float(*g)), (label, float(*a)))
-                })
-                .unzip()
-        };
-        let families: Vec<Family<'_>> = vec![
-            (
-                "selfspec_requests_total",
-                "Chat completions that ended.",
-                "counter",
-                plain(total),
-            ),
-            (
-                "selfspec_requests_finished_total",
-                "Chat completions that ended, by finish reason.",
-                "counter",
-                finished,
-            ),
-            (
-                "selfspec_requests_invalid_total",
-                "Requests answered 400.",
-                "counter",
-                plain(get(&self.invalid)),
-            ),
-            (
-                "selfspec_requests_rejected_total",
-                "Requests answered 503 (queue full or shutting down).",
-                "counter",
-                plain(get(&self.rejected)),
-            ),
-            (
-                "selfspec_prompt_tokens_total",
-                "Prompt tokens of started requests.",
-                "counter",
-                plain(get(&self.prompt_tokens)),
-            ),
-            (
-                "selfspec_generated_tokens_total",
-                "Tokens generated.",
-                "counter",
-                plain(get(&self.generated_tokens)),
-            ),
-            (
-                "selfspec_forward_passes_total",
-                "Batched forward passes.",
-                "counter",
-                plain(get(&self.forward_passes)),
-            ),
-            (
-                "selfspec_drafted_tokens_total",
-                "Draft tokens sent to verification, by strategy.",
-                "counter",
-                drafted,
-            ),
-            (
-                "selfspec_accepted_tokens_total",
-                "Draft tokens accepted, by strategy.",
-                "counter",
-                accepted,
-            ),
-            (
-                "selfspec_slots",
-                "Slots (sequences of the llama.cpp context).",
-                "gauge",
-                plain(float(u64::try_from(slots).unwrap_or(u64::MAX))),
-            ),
-            (
-                "selfspec_slots_busy",
-                "Slots decoding a request.",
-                "gauge",
-                plain(get(&self.slots_busy)),
-            ),
-            (
-                "selfspec_queue_length",
-                "Requests waiting for a slot.",
-                "gauge",
-                plain(get(&self.queued)),
-            ),
-            (
-                "selfspec_memory_saves_total",
-                "Memory file saves.",
-                "counter",
-                plain(get(&self.saves)),
-            ),
-            (
-                "selfspec_memory_save_failures_total",
-                "Memory file saves that failed.",
-                "counter",
-                plain(get(&self.save_failures)),
-            ),
-        ];
         let mut out = String::new();
-        for (name, help, kind, samples) in families {
+        for (name, kind, help) in FAMILIES {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in samples {
+            for (labels, value) in self.samples(name, slots) {
                 if labels.is_empty() {
                     let _ = writeln!(out, "{name} {value}");
                 } else {
@@ -183,7 +64,85 @@ impl Metrics {
         }
         out
     }
+
+    /// The samples of the metric `name`: `(labels, value)` pairs.
+    fn samples(&self, name: &str, slots: usize) -> Vec<(String, f64)> {
+        let one = |a: &AtomicU64| vec![(String::new(), float(a.load(Ordering::Relaxed)))];
+        let finished = || {
+            let f = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
+            let by: Vec<_> = f
+                .iter()
+                .map(|(k, v)| (format!("finish=\"{k}\""), float(*v)))
+                .collect();
+            by
+        };
+        let drafts = |accepted: bool| {
+            let d = self.drafts.lock().unwrap_or_else(PoisonError::into_inner);
+            let by: Vec<_> = d
+                .iter()
+                .map(|(k, (g, a))| {
+                    (
+                        format!("strategy=\"{}\"", escape(k)),
+                        float(if accepted { *a } else { *g }),
+                    )
+                })
+                .collect();
+            by
+        };
+        match name {
+            "selfspec_requests_total" => {
+                vec![(String::new(), finished().iter().map(|(_, v)| v).sum())]
+            }
+            "selfspec_requests_finished_total" => finished(),
+            "selfspec_requests_invalid_total" => one(&self.invalid),
+            "selfspec_requests_rejected_total" => one(&self.rejected),
+            "selfspec_prompt_tokens_total" => one(&self.prompt_tokens),
+            "selfspec_generated_tokens_total" => one(&self.generated_tokens),
+            "selfspec_forward_passes_total" => one(&self.forward_passes),
+            "selfspec_drafted_tokens_total" => drafts(false),
+            "selfspec_accepted_tokens_total" => drafts(true),
+            "selfspec_slots" => vec![(
+                String::new(),
+                float(u64::try_from(slots).unwrap_or(u64::MAX)),
+            )],
+            "selfspec_slots_busy" => one(&self.slots_busy),
+            "selfspec_queue_length" => one(&self.queued),
+            "selfspec_memory_saves_total" => one(&self.saves),
+            "selfspec_memory_save_failures_total" => one(&self.save_failures),
+            _ => Vec::new(),
+        }
+    }
 }
+
+/// Every metric: name, type, help.
+const FAMILIES: [(&str, &str, &str); 14] = [
+    ("selfspec_requests_total", "counter", "Chat completions that ended."),
+    (
+        "selfspec_requests_finished_total",
+        "counter",
+        "Chat completions that ended, by finish reason (stop, length, cancelled: client gone or shutdown, failed).",
+    ),
+    ("selfspec_requests_invalid_total", "counter", "Requests answered 400."),
+    (
+        "selfspec_requests_rejected_total",
+        "counter",
+        "Requests answered 503 (queue full or shutting down).",
+    ),
+    ("selfspec_prompt_tokens_total", "counter", "Prompt tokens of started requests."),
+    ("selfspec_generated_tokens_total", "counter", "Tokens generated."),
+    ("selfspec_forward_passes_total", "counter", "Batched forward passes."),
+    (
+        "selfspec_drafted_tokens_total",
+        "counter",
+        "Draft tokens sent to verification, by strategy.",
+    ),
+    ("selfspec_accepted_tokens_total", "counter", "Draft tokens accepted, by strategy."),
+    ("selfspec_slots", "gauge", "Slots (sequences of the llama.cpp context)."),
+    ("selfspec_slots_busy", "gauge", "Slots decoding a request."),
+    ("selfspec_queue_length", "gauge", "Requests waiting for a slot."),
+    ("selfspec_memory_saves_total", "counter", "Memory file saves."),
+    ("selfspec_memory_save_failures_total", "counter", "Memory file saves that failed."),
+];
 
 /// A counter as Prometheus' float.
 #[allow(clippy::cast_precision_loss)] // counters stay far below 2^53
