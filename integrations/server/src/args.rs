@@ -68,6 +68,16 @@ pub enum ArgsError {
     /// lexopt's (an unknown option, a missing or unreadable value).
     #[error(transparent)]
     Parse(#[from] lexopt::Error),
+    /// A value that is not a number.
+    #[error("{option} {value}: {error}")]
+    Value {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it is not one.
+        error: String,
+    },
     /// A value out of range.
     #[error("{option} {value}: {allowed}")]
     Range {
@@ -98,14 +108,14 @@ where
         match arg {
             Short('h') | Long("help") => return Ok(None),
             Long("gguf") => a.gguf = Some(p.value()?.into()),
-            Long("parallel") => a.parallel = p.value()?.parse()?,
+            Long("parallel") => a.parallel = number(&mut p, "--parallel")?,
             Long("host") => a.host = p.value()?.string()?,
-            Long("port") => a.port = p.value()?.parse()?,
-            Long("threads") => a.threads = p.value()?.parse()?,
-            Long("context") => a.context = p.value()?.parse()?,
-            Long("queue") => a.queue = p.value()?.parse()?,
+            Long("port") => a.port = number(&mut p, "--port")?,
+            Long("threads") => a.threads = number(&mut p, "--threads")?,
+            Long("context") => a.context = number(&mut p, "--context")?,
+            Long("queue") => a.queue = number(&mut p, "--queue")?,
             Long("memory") => a.memory = Some(p.value()?.into()),
-            Long("save-every") => a.save_every = p.value()?.parse()?,
+            Long("save-every") => a.save_every = number(&mut p, "--save-every")?,
             _ => return Err(arg.unexpected().into()),
         }
     }
@@ -132,6 +142,20 @@ where
         "at least 16, and --context x --parallel at most 2^24",
     )?;
     Ok(Some(a))
+}
+
+/// The next value, as a number.
+fn number<T>(p: &mut lexopt::Parser, option: &'static str) -> Result<T, ArgsError>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let value = lexopt::ValueExt::string(p.value()?)?;
+    value.parse().map_err(|e: T::Err| ArgsError::Value {
+        option,
+        error: e.to_string(),
+        value,
+    })
 }
 
 fn check(

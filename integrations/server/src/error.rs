@@ -143,9 +143,7 @@ impl IntoResponse for ApiError {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// No model file was given and none was found.
-    #[error(
-        "no model: {0} (give --gguf PATH, set SELFSPEC_MODEL, or run integrations/fetch-model.sh)"
-    )]
+    #[error("{0}")]
     NoModel(String),
     /// llama.cpp's backend did not start.
     #[error("llama.cpp's backend: {0}")]
