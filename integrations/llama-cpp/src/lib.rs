@@ -3,7 +3,8 @@
 //! attention, `n_seq_max`, batch size), your sequence ids, llama.cpp's
 //! sampler settings, your GPU backend.
 //!
-//! [`LlamaTarget`] is a `llama-cpp-2` [`LlamaContext`] as selfspec's
+//! [`LlamaTarget`] is a `llama-cpp-2`
+//! [`LlamaContext`](llama_cpp_2::context::LlamaContext) as selfspec's
 //! [`Target`](selfspec::step::Target): a forward pass is one
 //! `llama_decode` of a batch of rows of several sequences, a row's logits
 //! `llama_get_logits_ith`, a rollback `llama_memory_seq_rm`. selfspec's

@@ -15,6 +15,7 @@ per-request latency (p50, p99, milliseconds).
 
 usage: scripts/load.py --url http://127.0.0.1:8080 --rate 1 --duration 60
        [--max-tokens 256] [--temperature 0] [--data FILE ...] [--model NAME]
+       [--extra '{"speculative": false}']
 
 Standard library only. Not run in CI (a benchmark: run it on a quiet machine).
 """
@@ -45,6 +46,8 @@ def parse_args():
     p.add_argument("--data", nargs="*", help="*.text.jsonl files (default: integrations/data's)")
     p.add_argument("--seed", type=int, default=0, help="the arrivals' random seed")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
+    p.add_argument("--extra", default="{}",
+                   help='JSON fields added to every request, e.g. \'{"speculative": false}\'')
     return p.parse_args()
 
 
@@ -141,6 +144,7 @@ def pct(xs, q):
 
 def main():
     a = parse_args()
+    extra = json.loads(a.extra)
     files = a.data or sorted(glob.glob(os.path.join(DATA, "*.text.jsonl")))
     pool = Pool(conversations(files))
     rng = random.Random(a.seed)
@@ -158,6 +162,7 @@ def main():
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        body.update(extra)
         try:
             ttft, latency, tokens, text = stream_request(a.url, body, a.timeout)
         except Exception as e:  # noqa: BLE001 (counted, the conversation dropped)

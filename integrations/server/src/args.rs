@@ -16,6 +16,9 @@ selfspec's self-speculative drafts and continuous batching.
   --port N            port (default 8080; 0: any free port)
   --threads N         llama.cpp's CPU threads (default: the CPUs)
   --context N         tokens a slot holds, prompt and reply (default 4096)
+  --kv-unified on|off one KV cache buffer for all slots (default on: with
+                      one per slot, llama.cpp splits a step whose slots
+                      send drafts of different lengths into several passes)
   --queue N           requests waiting for a slot at most (default 64);
                       beyond, 503 with Retry-After: 1
   --memory PATH       the engine-wide memory file: loaded at start if it
@@ -38,6 +41,8 @@ pub struct Args {
     pub threads: usize,
     /// Tokens a slot holds.
     pub context: usize,
+    /// One KV cache buffer for all slots.
+    pub kv_unified: bool,
     /// Requests waiting at most.
     pub queue: usize,
     /// The memory file.
@@ -55,6 +60,7 @@ impl Default for Args {
             port: 8080,
             threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             context: 4096,
+            kv_unified: true,
             queue: 64,
             memory: None,
             save_every: 300,
@@ -114,6 +120,20 @@ where
             Long("threads") => a.threads = number(&mut p, "--threads")?,
             Long("context") => a.context = number(&mut p, "--context")?,
             Long("queue") => a.queue = number(&mut p, "--queue")?,
+            Long("kv-unified") => {
+                a.kv_unified = match p.value()?.string()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => {
+                        let v = v.to_string();
+                        return Err(lexopt::Error::UnexpectedValue {
+                            option: "--kv-unified".into(),
+                            value: format!("{v} (on or off)").into(),
+                        }
+                        .into());
+                    }
+                }
+            }
             Long("memory") => a.memory = Some(p.value()?.into()),
             Long("save-every") => a.save_every = number(&mut p, "--save-every")?,
             _ => return Err(arg.unexpected().into()),

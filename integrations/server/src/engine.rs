@@ -82,6 +82,8 @@ pub struct Settings {
     /// Rows one step puts in its pass at most (a joining prompt takes up
     /// to half of them a pass).
     pub step_rows: usize,
+    /// One KV cache buffer for all slots (llama.cpp's `kv_unified`).
+    pub kv_unified: bool,
 }
 
 /// What the engine thread shares with the rest of the server.
@@ -162,6 +164,7 @@ fn make_target<'m>(
         .with_n_seq_max(as_u32(s.slots)?)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
+        .with_kv_unified(s.kv_unified)
         // Off: llama.cpp's CPU flash attention is several times slower on
         // the small passes of decoding (BENCHMARKS.md).
         .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED);

@@ -116,6 +116,7 @@ fn run(args: &Args) -> Result<(), StartError> {
         context: args.context,
         threads: args.threads,
         step_rows: STEP_ROWS.max(2 * args.parallel),
+        kv_unified: args.kv_unified,
     };
     let engine = engine::spawn(
         settings,

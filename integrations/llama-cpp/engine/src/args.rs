@@ -18,6 +18,9 @@ pub fn help() -> String {
                          a turn whose prompt does not fit is skipped, counted
   --flash-attn on|off    llama.cpp's flash attention (default off: slower on
                          CPUs for passes under 64 tokens)
+  --kv-unified on|off    one KV cache buffer for all sequences (default on:
+                         with one per sequence, llama.cpp splits a batch of
+                         uneven drafts into several passes)
   --budget on|off        selfspec's draft budget (default on): each pass keeps
                          the drafted tokens that pay for their rows, from pass
                          times learned as it decodes (it sets the token cost);
@@ -53,6 +56,8 @@ pub struct Args {
     pub context: usize,
     pub pass_cost: bool,
     pub flash_attention: bool,
+    /// `--kv-unified`: one KV cache buffer for all sequences.
+    pub kv_unified: bool,
     /// `--budget`: whether selfspec's draft budget sizes the drafts.
     pub budget: bool,
     /// `--scopes`: which scope of a set's memory each conversation drafts on.
@@ -67,6 +72,7 @@ pub struct Args {
 pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut parallel, mut threads, mut context) = (1, None, 8192);
     let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
+    let mut kv_unified = true;
     let mut scopes = Scopes::Kind;
     let mut record = None;
     let (mut temperature, mut seed) = (0.0f32, 0u64);
@@ -82,6 +88,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--context" => context = cli::positive(option, &value(option)?)?,
             "--pass-cost" => pass_cost = true,
             "--flash-attn" => flash_attention = on_off(option, &value(option)?)?,
+            "--kv-unified" => kv_unified = on_off(option, &value(option)?)?,
             "--budget" => budget = on_off(option, &value(option)?)?,
             "--temperature" => {
                 let v = value(option)?;
@@ -116,6 +123,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         context,
         pass_cost,
         flash_attention,
+        kv_unified,
         budget,
         scopes,
         record,

@@ -120,6 +120,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         batch: 2048.max(args.parallel * 2),
         step_tokens: 63.max(2 * args.parallel),
         flash_attention: args.flash_attention,
+        kv_unified: args.kv_unified,
     };
     let mut decoder = Decoder::new(&model, settings)?;
     if !args.budget {
@@ -127,7 +128,7 @@ fn run(args: &Args) -> Result<bool, Error> {
     }
     decoder = decoder.with_sampling(args.sampler);
     println!(
-        "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}",
+        "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}, unified KV cache {}",
         path.display(),
         model.n_vocab(),
         model.n_ctx_train(),
@@ -135,7 +136,8 @@ fn run(args: &Args) -> Result<bool, Error> {
         settings.sequences,
         settings.context,
         settings.threads,
-        if settings.flash_attention { "on" } else { "off" }
+        if settings.flash_attention { "on" } else { "off" },
+        if settings.kv_unified { "on" } else { "off" }
     );
     println!("draft budget: {}", if args.budget { "on" } else { "off" });
     if let Some(s) = args.sampler {

@@ -39,6 +39,14 @@ pub struct Settings {
     /// times slower than plain attention (BENCHMARKS.md, "llama.cpp's pass
     /// cost"); llama.cpp's own default (`auto`) turns it on for the CPU.
     pub flash_attention: bool,
+    /// Whether the sequences share one KV cache buffer (llama.cpp's
+    /// `kv_unified`). On by default: with a cache per sequence, llama.cpp
+    /// splits a batch into micro-batches of equally many rows of each
+    /// sequence, so a step where one sequence sends a draft and the others
+    /// one row each runs as several graph computations, and drafts at
+    /// S > 1 cost several times what their rows do (BENCHMARKS.md,
+    /// "One KV cache for all sequences").
+    pub kv_unified: bool,
 }
 
 impl Default for Settings {
@@ -50,6 +58,7 @@ impl Default for Settings {
             batch: 2048,
             step_tokens: 63,
             flash_attention: false,
+            kv_unified: true,
         }
     }
 }
@@ -104,6 +113,7 @@ impl Settings {
             .with_n_seq_max(as_u32(s.sequences)?)
             .with_n_threads(threads)
             .with_n_threads_batch(threads)
+            .with_kv_unified(s.kv_unified)
             .with_flash_attention_policy(if s.flash_attention {
                 llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED
             } else {
