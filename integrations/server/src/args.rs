@@ -16,9 +16,10 @@ selfspec's self-speculative drafts and continuous batching.
   --port N            port (default 8080; 0: any free port)
   --threads N         llama.cpp's CPU threads (default: the CPUs)
   --context N         tokens a slot holds, prompt and reply (default 4096)
-  --kv-unified on|off one KV cache buffer for all slots (default on: with
+  --kv-unified on|off one KV cache buffer for all slots (default off; with
                       one per slot, llama.cpp splits a step whose slots
-                      send drafts of different lengths into several passes)
+                      send drafts of different lengths into several passes,
+                      with one every slot attends over all slots' cells)
   --queue N           requests waiting for a slot at most (default 64);
                       beyond, 503 with Retry-After: 1
   --memory PATH       the engine-wide memory file: loaded at start if it
@@ -60,7 +61,7 @@ impl Default for Args {
             port: 8080,
             threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             context: 4096,
-            kv_unified: true,
+            kv_unified: false,
             queue: 64,
             memory: None,
             save_every: 300,

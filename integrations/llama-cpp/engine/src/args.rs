@@ -18,9 +18,10 @@ pub fn help() -> String {
                          a turn whose prompt does not fit is skipped, counted
   --flash-attn on|off    llama.cpp's flash attention (default off: slower on
                          CPUs for passes under 64 tokens)
-  --kv-unified on|off    one KV cache buffer for all sequences (default on:
+  --kv-unified on|off    one KV cache buffer for all sequences (default off;
                          with one per sequence, llama.cpp splits a batch of
-                         uneven drafts into several passes)
+                         uneven drafts into several passes, with one every
+                         sequence attends over all sequences' cells)
   --budget on|off        selfspec's draft budget (default on): each pass keeps
                          the drafted tokens that pay for their rows, from pass
                          times learned as it decodes (it sets the token cost);
@@ -72,7 +73,7 @@ pub struct Args {
 pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let (mut parallel, mut threads, mut context) = (1, None, 8192);
     let (mut pass_cost, mut flash_attention, mut budget) = (false, false, true);
-    let mut kv_unified = true;
+    let mut kv_unified = false;
     let mut scopes = Scopes::Kind;
     let mut record = None;
     let (mut temperature, mut seed) = (0.0f32, 0u64);

@@ -52,7 +52,7 @@ fn solo_reply(model: &Model, prompt: &[u32]) -> Vec<u32> {
             batch: 512,
             step_tokens: 63,
             flash_attention: false,
-            kv_unified: true,
+            kv_unified: false,
         },
     )
     .unwrap();
@@ -74,7 +74,7 @@ fn a_prompt_over_the_context_is_refused_and_the_other_sequence_goes_on() {
         batch: 512,
         step_tokens: 63,
         flash_attention: false,
-        kv_unified: true,
+        kv_unified: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let prompt = model
@@ -132,7 +132,7 @@ fn a_reply_stops_at_the_end_of_the_context() {
         batch: 64,
         step_tokens: 63,
         flash_attention: false,
-        kv_unified: true,
+        kv_unified: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let prompt = model
@@ -164,7 +164,7 @@ fn a_conversation_over_the_context_is_skipped_and_counted() {
         batch: 256,
         step_tokens: 63,
         flash_attention: false,
-        kv_unified: true,
+        kv_unified: false,
     };
     let mut d = Decoder::new(&model, settings).unwrap();
     let conv = |id: &str, turn: String| Conversation {

@@ -40,12 +40,14 @@ pub struct Settings {
     /// cost"); llama.cpp's own default (`auto`) turns it on for the CPU.
     pub flash_attention: bool,
     /// Whether the sequences share one KV cache buffer (llama.cpp's
-    /// `kv_unified`). On by default: with a cache per sequence, llama.cpp
+    /// `kv_unified`). Off by default. With a cache per sequence, llama.cpp
     /// splits a batch into micro-batches of equally many rows of each
     /// sequence, so a step where one sequence sends a draft and the others
-    /// one row each runs as several graph computations, and drafts at
-    /// S > 1 cost several times what their rows do (BENCHMARKS.md,
-    /// "One KV cache for all sequences").
+    /// one row each runs as several graph computations; with one buffer,
+    /// every sequence attends over all sequences' cells (masked). On the
+    /// 2-core CPU measured, plain decoding lost more with one buffer than
+    /// speculative decoding gained (BENCHMARKS.md, "One KV cache for all
+    /// sequences").
     pub kv_unified: bool,
 }
 
@@ -58,7 +60,7 @@ impl Default for Settings {
             batch: 2048,
             step_tokens: 63,
             flash_attention: false,
-            kv_unified: true,
+            kv_unified: false,
         }
     }
 }

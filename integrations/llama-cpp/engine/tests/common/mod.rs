@@ -36,6 +36,6 @@ pub fn settings(sequences: usize) -> Settings {
         batch: 1024,
         step_tokens: 63,
         flash_attention: false,
-        kv_unified: true,
+        kv_unified: false,
     }
 }
