@@ -16,14 +16,12 @@
 //!
 //! /// A mock model over 64 tokens: after `t` it predicts `(t * 5 + 1) % 64`,
 //! /// except every 7th position, where it predicts 0.
-//! #[derive(Default)]
 //! struct Mock { caches: Vec<Vec<Token>>, rows: Vec<Vec<f32>> }
 //!
 //! impl Target for Mock {
 //!     type Error = std::convert::Infallible;
 //!     fn shape(&self) -> Shape { Shape { sequences: 2, context: 4096, vocab: 64, batch: 256 } }
 //!     fn forward(&mut self, batch: &Batch) -> Result<(), Self::Error> {
-//!         self.caches.resize(2, Vec::new());
 //!         self.rows.clear();
 //!         for row in batch.rows() {
 //!             let cache = &mut self.caches[row.seq.index()];
@@ -45,7 +43,7 @@
 //!
 //! let config = Config::recommended();
 //! let shared = Shared::new(&config)?;
-//! let mut target = Mock::default();
+//! let mut target = Mock { caches: vec![Vec::new(); 2], rows: Vec::new() };
 //! let mut stepper = Stepper::new(&target)?;
 //! for (i, prompt) in [[1, 2, 3, 4], [9, 8, 7, 6]].iter().enumerate() {
 //!     let spec = Speculative::with_shared(&config, &shared)?;
