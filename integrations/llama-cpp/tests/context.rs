@@ -177,14 +177,15 @@ fn bad_options_and_rows_are_typed_errors() {
 
     // A pass llama.cpp refuses (a sequence past its positions: the
     // context's cache holds 512 a sequence, the target was told 1024 by
-    // mistake): a typed error, the caches as before, and the stepper ends
-    // that request.
+    // mistake): a typed error, the target's view of the cache still
+    // llama.cpp's, the request ended, and the sequence usable again.
     drop(target);
     let mut target = LlamaTarget::new(&model, &mut ctx, o().with_context(1024)).unwrap();
     let prompt: Vec<u32> = (0..600).map(|i| 100 + i % 50).collect();
     let mut stepper = Stepper::new(&target).unwrap().with_prefill_chunk(256);
+    let seq = SeqId::new(0);
     stepper
-        .start(SeqId::new(0), &prompt, Decode::greedy(4), None)
+        .start(seq, &prompt, Decode::greedy(4), None)
         .unwrap();
     let mut failed = None;
     while stepper.is_running() {
@@ -196,6 +197,20 @@ fn bad_options_and_rows_are_typed_errors() {
     let failed = failed.expect("llama.cpp refused a pass");
     assert!(failed.contains("decode failed"), "{failed}");
     assert_eq!(f[0].reply.stop, selfspec::step::Stop::Failed);
-    assert_eq!(target.kv_pos_max(SeqId::new(0)), -1);
-    assert!(target.cached(SeqId::new(0)).is_empty());
+    assert_eq!(target.kv_pos_max(seq) + 1, target.cached(seq).len() as i64);
+    // The next request's first step empties the failed one's cache.
+    stepper
+        .start(seq, &prompt[..40], Decode::greedy(4), None)
+        .unwrap();
+    while stepper.is_running() {
+        stepper.step(&mut target).unwrap();
+    }
+    let f: Vec<_> = stepper.finished().collect();
+    assert_eq!(f[0].reply.stop, selfspec::step::Stop::MaxTokens);
+    assert_eq!(
+        target.kv_pos_max(seq),
+        42,
+        "40 prompt tokens and 3 of the reply's 4"
+    );
+    assert_eq!(target.cached(seq).len(), 43);
 }
