@@ -17,7 +17,7 @@ use selfspec_llama_cpp::{end_tokens, LlamaTarget, Options};
 /// Tokens of each reply: the first comes from the prompt's pass, the
 /// others from verified drafts or one-token steps.
 const LEN: usize = 4;
-const RUNS: usize = 1000;
+const RUNS: usize = 600;
 /// The biased verifier's raise of a drafted token's logit.
 const BIAS: f32 = 2.0;
 
