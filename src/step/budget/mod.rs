@@ -228,6 +228,19 @@ mod tests {
     }
 
     #[test]
+    fn a_dear_second_row_does_not_price_out_longer_drafts() {
+        // A CPU at one sequence: the second row of a pass costs 90% of a
+        // pass, the next few little; only passes of 1 and 2 rows measured.
+        let mut times = PassTimes::new();
+        times.record(1, ms(28.0));
+        times.record(2, ms(53.0));
+        let mut b = Budget::new(times);
+        b.add(0, &[0.95; 8]);
+        let c = b.choose(1, 1).unwrap();
+        assert!(c.rows > 2, "{c:?}");
+    }
+
+    #[test]
     fn nothing_measured_sends_no_draft() {
         let mut b = Budget::new(PassTimes::new());
         b.add(0, &[0.9]);

@@ -24,8 +24,10 @@ const MEMORY: f64 = 16.0;
 const SEED_WEIGHT: f64 = 2.0;
 
 /// Extra time per row assumed beyond the largest size measured, relative to
-/// that size's time per row of its base, while only one size is known: an
-/// optimistic guess, so that a longer pass is tried once and measured.
+/// that size's time per row: an optimistic guess, so that a longer pass is
+/// tried and measured. (A line through the two largest sizes measured is
+/// not: on a CPU the second row of a pass costs far more than the next few,
+/// so that line priced every longer draft out and none was ever measured.)
 const PRIOR_ROW_COST: f64 = 0.05;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -39,11 +41,12 @@ struct Point {
 }
 
 /// A pass-time model learned online: each pass's rows and duration update
-/// the grid point nearest its size (its mean rows and mean time) (a running mean, then a moving average
-/// over about 16 passes, so it follows changes in load, cache length and
-/// threads); the time of any size is read from the measured points,
-/// non-decreasing in rows, linear between them. A measured [`PassCurve`]
-/// may seed it; none is needed.
+/// the grid point nearest its size (its mean rows and mean time: a running
+/// mean, then a moving average over about 16 passes, so it follows changes
+/// in load, cache length and threads); the time of any size is read from
+/// the measured points, non-decreasing in rows, linear between them and
+/// optimistic beyond them. A measured [`PassCurve`] may seed it; none is
+/// needed.
 ///
 /// ```
 /// use selfspec::step::PassTimes;
@@ -108,44 +111,33 @@ impl PassTimes {
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
     }
 
-    /// [`time`](PassTimes::time) in seconds. Measured points are read
-    /// through their running maximum (a larger pass never costs less);
-    /// between two, the line through them; beyond the measured range, the
-    /// line through the two nearest; with one point, its time in
-    /// proportion below it and [`PRIOR_ROW_COST`] of its time per row of
-    /// its size above it.
+    /// [`time`](PassTimes::time) in seconds, optimistic wherever the
+    /// engine has not measured: a size is read as no dearer than any larger
+    /// size measured (noise only ever adds time, and a pass the budget
+    /// avoids for a time read too high is never measured again); between
+    /// two measured sizes, the line through them; below the smallest, its
+    /// time in proportion; above the largest, [`PRIOR_ROW_COST`] of its
+    /// time per row of its size. Optimism is what corrects itself: a size
+    /// read too cheap is sent, measured and read as it is.
     pub(crate) fn secs(&self, rows: usize) -> Option<f64> {
         let rows = float(rows.max(1));
-        // The measured points, read through their running maximum.
-        let mut running = 0.0f64;
-        let mut measured = self.points.iter().filter(|p| p.weight > 0.0).map(|p| {
-            running = running.max(p.secs);
-            (p.rows, running)
-        });
-        let first = measured.next()?;
-        let (mut a, mut b) = (first, None);
-        for at in measured {
-            if b.is_some_and(|(r, _)| r >= rows) {
-                break;
+        // From the largest size down, each read through the minimum of the
+        // sizes above it.
+        let mut running = f64::INFINITY;
+        let mut above: Option<(f64, f64)> = None;
+        for p in self.points.iter().rev().filter(|p| p.weight > 0.0) {
+            running = running.min(p.secs);
+            let at = (p.rows, running);
+            if p.rows > rows {
+                above = Some(at);
+                continue;
             }
-            if let Some(prev) = b {
-                a = prev;
-            }
-            b = Some(at);
+            return Some(match above {
+                Some(b) => at.1 + (b.1 - at.1) * (rows - at.0) / (b.0 - at.0),
+                None => at.1 * (1.0 + PRIOR_ROW_COST * (rows - at.0) / at.0),
+            });
         }
-        Some(match b {
-            // The line through the two measured points around `rows` (or
-            // the two nearest, beyond the measured range), not below the
-            // smallest measured time's share.
-            Some((r1, t1)) if r1 > a.0 => {
-                let t = a.1 + (t1 - a.1) * (rows - a.0) / (r1 - a.0);
-                t.max(a.1.min(t1) * rows / r1.max(rows)).max(0.0)
-            }
-            // One size measured: optimistic both ways, so that the budget
-            // tries a pass of another size and measures it.
-            _ if rows < first.0 => first.1 * rows / first.0,
-            _ => first.1 * (1.0 + PRIOR_ROW_COST * (rows - first.0) / first.0),
-        })
+        above.map(|b| b.1 * rows / b.0)
     }
 }
 
@@ -181,13 +173,13 @@ mod tests {
         t.record(1, ms(10));
         t.record(2, ms(16));
         t.record(16, ms(40));
-        // (rows, expected ms)
+        // (rows, expected ms): measured, between, above the largest.
         let cases = [
             (1, 10.0),
             (2, 16.0),
             (9, 28.0),
             (16, 40.0),
-            (30, 40.0 + 24.0 / 14.0 * 14.0),
+            (32, 40.0 * (1.0 + PRIOR_ROW_COST)),
         ];
         for (rows, want) in cases {
             let got = t.secs(rows).unwrap() * 1000.0;
@@ -196,9 +188,10 @@ mod tests {
                 "{rows} rows: {got} ms, want {want}"
             );
         }
-        // A point measured faster than a smaller one reads as the smaller.
-        t.record(8, ms(5));
-        assert!((t.secs(8).unwrap() - 0.016).abs() < 1e-9);
+        // A size measured slower than a larger one reads as the larger.
+        t.record(4, ms(90));
+        assert!((t.secs(4).unwrap() - 0.040).abs() < 1e-9);
+        assert!((t.secs(2).unwrap() - 0.016).abs() < 1e-9);
     }
 
     #[test]
