@@ -2,10 +2,10 @@
 //! room it has, sized by the budget when there is one), its rows, then the
 //! prompt chunks of joining sequences.
 
-use super::budget::Budget;
+use super::budget::{Budget, Slot};
 use super::reply::Sampling;
 use super::sequence::{Live, Phase, Sequence};
-use super::target::{Row, SeqId};
+use super::target::{Row, SeqId, Split};
 use super::{Batch, Stepper};
 use crate::token::Token;
 
@@ -36,7 +36,9 @@ impl Sequence {
 impl Stepper {
     /// Drafts and the batch: decoding sequences first (at most an equal
     /// share of the batch each, after room for a prompt chunk when a
-    /// sequence is joining), then prompt chunks in what is left.
+    /// sequence is joining), then prompt chunks in what is left; the rows
+    /// in sequence order (an engine that splits a pass by sequence takes
+    /// runs of consecutive sequences).
     pub(super) fn build(&mut self) {
         self.batch.clear();
         let n_decoding = self.seqs.iter().filter(|s| s.decoding().is_some()).count();
@@ -44,30 +46,36 @@ impl Stepper {
         let reserve = if joining { self.prefill_chunk } else { 0 };
         let share = (self.shape.batch - reserve) / n_decoding.max(1);
         for s in &mut self.seqs {
+            s.rows = 0;
+            s.filler = false;
             propose(s, share, self.shape.context);
         }
         if let Some(budget) = &mut self.budget {
-            let prompt_rows = self
-                .seqs
-                .iter()
-                .filter(|s| s.joining())
-                .map(|s| s.pending().min(self.prefill_chunk))
-                .sum::<usize>()
-                .min(reserve);
-            size_drafts(budget, &mut self.seqs, prompt_rows);
+            let room = Room {
+                share,
+                chunk: self.prefill_chunk.min(reserve),
+                context: self.shape.context,
+            };
+            size_drafts(budget, &mut self.seqs, self.split, room);
         }
+        let fill = self.budget.as_ref().map_or(&[][..], |b| &b.fill[..]);
+        let decode_rows_total: usize = self.seqs.iter().map(|s| decode_len(s, share)).sum();
+        let fillers = fill.iter().filter(|&&f| f).count();
+        let mut left = self.shape.batch.saturating_sub(decode_rows_total + fillers);
         for (i, s) in self.seqs.iter_mut().enumerate() {
-            decode_rows(&mut self.batch, SeqId::new(i), s, share);
-        }
-        for (i, s) in self.seqs.iter_mut().enumerate() {
-            let left = self.shape.batch - self.batch.len();
-            if left > 0 && s.joining() {
+            if fill.get(i) == Some(&true) {
+                filler_row(&mut self.batch, SeqId::new(i), s);
+            } else if s.decoding().is_some() {
+                decode_rows(&mut self.batch, SeqId::new(i), s, share);
+            } else if left > 0 && s.joining() {
+                let before = self.batch.len();
                 prompt_rows(
                     &mut self.batch,
                     SeqId::new(i),
                     s,
                     left.min(self.prefill_chunk),
                 );
+                left -= self.batch.len() - before;
             }
         }
     }
@@ -80,6 +88,7 @@ fn propose(s: &mut Sequence, share: usize, context: usize) {
     let (pending, evaluated) = (s.pending(), s.tokens.len());
     let Some(live) = s.live.as_mut() else { return };
     live.draft.clear();
+    live.drafted = 0;
     if pending + 1 > share {
         return; // waits for a batch with room (only after a long restore)
     }
@@ -90,20 +99,26 @@ fn propose(s: &mut Sequence, share: usize, context: usize) {
             .extend_from_slice(&draft[..draft.len().min(room)]);
         spec.truncate_draft(room);
     }
+    live.drafted = live.draft.len();
+}
+
+/// The rows a decoding sequence sends this step (none when it waits).
+fn decode_len(s: &Sequence, share: usize) -> usize {
+    match (s.decoding(), &s.live) {
+        (Some(_), Some(live)) if s.pending() < share => s.pending() + 1 + live.draft.len(),
+        _ => 0,
+    }
 }
 
 /// The budget's cut of every draft: the drafted tokens with the most
-/// expected tokens per unit of pass time, for the whole batch.
-fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], prompt_rows: usize) {
-    budget.candidates.clear();
-    let (mut base_rows, mut sequences) = (prompt_rows, 0);
+/// expected tokens per unit of pass time, for the whole batch; padded to
+/// one length where that keeps a pass that splits by sequence whole.
+fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], split: Split, room: Room) {
+    budget.clear();
     for (i, s) in seqs.iter_mut().enumerate() {
-        if s.decoding().is_none() {
-            continue;
-        }
-        base_rows += s.pending() + 1;
-        sequences += 1;
-        let Some(live) = s.live.as_mut() else {
+        let slot = slot(s, room);
+        budget.slots.push(slot);
+        let Some(live) = s.live.as_mut().filter(|_| slot.room.is_some()) else {
             continue;
         };
         let (Some(spec), false) = (&live.spec, live.draft.is_empty()) else {
@@ -115,25 +130,73 @@ fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], prompt_rows: usize) {
         budget.add(crate::int::small(i), &probabilities);
         budget.probabilities = probabilities;
     }
-    let Some(choice) = budget.choose(base_rows, sequences) else {
+    let Some(choice) = budget.choose(split) else {
         return;
     };
     let cost = budget.settle(choice);
+    budget.fill_gaps(split, choice);
     budget.keep.clear();
-    budget.keep.resize(seqs.len(), 0);
-    for c in &budget.candidates[..choice.rows] {
-        budget.keep[crate::int::ix32(c.seq)] += 1;
+    budget.keep.resize(seqs.len(), choice.level);
+    if choice.level == 0 {
+        for c in &budget.candidates[..choice.rows] {
+            budget.keep[crate::int::ix32(c.seq)] += 1;
+        }
     }
-    for (s, &k) in seqs.iter_mut().zip(&budget.keep) {
-        let Some(live) = s.live.as_mut().filter(|l| !l.done) else {
+    for ((s, &k), slot) in seqs.iter_mut().zip(&budget.keep).zip(&budget.slots) {
+        let (Some(last), Some(_)) = (s.decoding(), slot.room) else {
             continue;
         };
+        let Some(live) = s.live.as_mut() else {
+            continue;
+        };
+        live.draft.truncate(k);
+        live.drafted = live.draft.len();
+        // Padding: a guess the target may even confirm.
+        let pad = live.draft.last().copied().unwrap_or(last);
+        live.draft.resize(k, pad);
         if let Some(spec) = &mut live.spec {
-            live.draft.truncate(k);
             spec.truncate_draft(k);
             // Told for its next draft; the reference strategies ignore it.
             let _ = spec.set_token_cost(cost);
         }
+    }
+}
+
+/// The room a step leaves a sequence.
+#[derive(Clone, Copy, Debug)]
+struct Room {
+    /// Rows of the batch a decoding sequence may take.
+    share: usize,
+    /// Rows of a joining sequence's prompt chunk.
+    chunk: usize,
+    /// Positions a sequence's cache holds.
+    context: usize,
+}
+
+/// What the budget needs of a sequence: its rows without a draft and, when
+/// decoding, its room for draft rows.
+fn slot(s: &Sequence, room: Room) -> Slot {
+    if s.joining() {
+        let base = s.pending().min(room.chunk);
+        return Slot {
+            base,
+            ..Slot::default()
+        };
+    }
+    match (s.decoding(), &s.live) {
+        (Some(_), Some(live)) if s.pending() < room.share => {
+            let batch_room = room.share - s.pending() - 1;
+            let room = live.draft_room(s.tokens.len(), room.context, batch_room);
+            Slot {
+                base: s.pending() + 1,
+                room: Some(room),
+                fillable: false,
+            }
+        }
+        _ => Slot {
+            fillable: s.live.is_none() && s.cached < room.context,
+            ..Slot::default()
+        },
     }
 }
 
@@ -170,6 +233,20 @@ fn decode_rows(batch: &mut Batch, id: SeqId, s: &mut Sequence, share: usize) {
         });
     }
     s.rows = pending + 1 + live.draft.len();
+}
+
+/// An idle sequence's filler row, after what its cache holds (removed at
+/// the next step): it keeps a pass that splits by sequence runs in one run.
+fn filler_row(batch: &mut Batch, id: SeqId, s: &mut Sequence) {
+    let token = s.tokens.last().copied().unwrap_or(0);
+    batch.push(Row {
+        seq: id,
+        token,
+        pos: s.cached,
+        output: false,
+    });
+    s.filler = true;
+    s.cut_to = Some(s.cached);
 }
 
 /// A joining sequence's next prompt chunk, at most `rows` rows; the

@@ -85,7 +85,7 @@ pub use budget::PassTimes;
 pub use measure::{LogitNoise, MeasureError, PassCost, PassCurve, RowNoise};
 pub use reply::{Decode, Finished, Reply, Sampling, Stop, TokenEvent};
 pub use sampler::Sampler;
-pub use target::{Batch, Choice, Kept, Row, SeqId, Shape, Target};
+pub use target::{Batch, Choice, Kept, Row, SeqId, Shape, Split, Target};
 
 use sequence::{Live, Sequence};
 
@@ -124,6 +124,7 @@ pub struct Pass {
 #[derive(Debug)]
 pub struct Stepper {
     shape: Shape,
+    split: Split,
     prefill_chunk: usize,
     stop_tokens: Vec<Token>,
     seqs: Vec<Sequence>,
@@ -170,6 +171,7 @@ impl Stepper {
         }
         Ok(Stepper {
             shape,
+            split: target.split(),
             prefill_chunk: shape.batch / 2,
             stop_tokens: Vec::new(),
             seqs: (0..shape.sequences)

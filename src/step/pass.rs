@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::reply::{Finished, Sampling, Stop, TokenEvent};
 use super::sequence::Phase;
-use super::target::{Kept, SeqId, Target};
+use super::target::{Kept, SeqId, Split, Target};
 use super::{Pass, StepError, Stepper};
 
 impl Stepper {
@@ -48,16 +48,20 @@ impl Stepper {
         let t = Instant::now();
         target.forward(&self.batch).map_err(StepError::Target)?;
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
-        // Decoding passes only: a prompt chunk's rows cost differently
-        // (and a simulated target may not charge them at all).
         let prompt_rows = self
             .seqs
             .iter()
             .filter(|s| s.joining())
             .map(|s| s.rows)
             .sum();
-        if let (Some(budget), 0) = (&mut self.budget, prompt_rows) {
-            budget.record(self.batch.len(), took);
+        // A whole pass's curve learns from decoding passes only: a prompt
+        // chunk's rows cost differently (and a simulated target may not
+        // charge them at all). A split pass's fit counts a chunk as the
+        // computation of several rows a sequence it is.
+        let whole = matches!(self.split, Split::Whole { .. });
+        if let (Some(budget), true) = (&mut self.budget, prompt_rows == 0 || !whole) {
+            let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
+            budget.record(self.split, rows, took);
         }
         self.last_pass = Some(Pass {
             rows: self.batch.len(),
@@ -138,6 +142,8 @@ impl Stepper {
                 live.reply.drafted += k;
                 live.reply.accepted += n;
                 if let Some(spec) = &mut live.spec {
+                    // The drafter's own tokens: not the budget's padding.
+                    let (k, n) = (live.drafted, n.min(live.drafted));
                     if let Some(budget) = &mut self.budget {
                         let sampled = matches!(live.decode.sampling, Sampling::Random(_));
                         budget.learn(spec, k, n, sampled);

@@ -92,7 +92,8 @@ pub struct Reply {
     /// Forward passes after the first token: each verified `[last] +
     /// draft` and yielded the accepted tokens and one more.
     pub decode_passes: usize,
-    /// Draft tokens sent to verification.
+    /// Draft tokens sent to verification (with the draft budget's padding,
+    /// which keeps a pass that splits by sequence in one computation).
     pub drafted: usize,
     /// Draft tokens the target kept.
     pub accepted: usize,

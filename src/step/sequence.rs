@@ -22,8 +22,10 @@ pub(super) struct Sequence {
     /// (a new prompt's, after a forgotten or failed sequence): the next
     /// step removes them before the sequence's rows.
     pub cut_to: Option<usize>,
-    /// Rows in this step's batch.
+    /// Rows in this step's batch (not counting a filler row).
     pub rows: usize,
+    /// Whether it is idle with a filler row in this step's batch.
+    pub filler: bool,
     /// The draft buffer of the last request, for the next one's.
     pub spare: Vec<Token>,
     /// The request in flight.
@@ -56,6 +58,9 @@ pub(super) struct Live {
     /// This step's draft, cut to the room the reply, the context and the
     /// batch leave.
     pub draft: Vec<Token>,
+    /// Of `draft`, the tokens its drafter proposed: the rest is the
+    /// budget's padding.
+    pub drafted: usize,
     /// This step's first row whose output is read (the `last` row, or the
     /// prompt's last row), when the sequence has rows in the pass.
     pub out_row: Option<usize>,
@@ -87,6 +92,7 @@ impl Live {
             // (a client's seeds 1, 2, 3, ...) are correlated.
             rng: fastrand::Rng::with_seed(crate::index::hash::mix(seed)),
             draft,
+            drafted: 0,
             out_row: None,
             started: Instant::now(),
             first_token: None,

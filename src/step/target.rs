@@ -155,6 +155,35 @@ pub enum Kept {
     },
 }
 
+/// How an engine computes one forward pass: as one computation, or split
+/// into several, each of which reads the model's weights again. The draft
+/// budget prices a pass by its computations ([`Target::split`]): where a
+/// pass splits by sequence, a draft in one sequence can cost a whole extra
+/// computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// One computation over all the rows, in chunks of at most `ubatch`
+    /// rows (llama.cpp with one sequence or a unified cache, most GPU
+    /// engines).
+    Whole {
+        /// Rows one computation takes at most.
+        ubatch: usize,
+    },
+    /// Each sequence's rows alone (an engine that runs one sequence at a
+    /// time).
+    PerSequence,
+    /// Computations of equal rows a sequence over runs of consecutive
+    /// sequences: each takes the first sequence with rows left and the ones
+    /// after it while they have rows left, and from each the same number of
+    /// rows (the fewest any has left, at most `ubatch` in all): llama.cpp's
+    /// `split_equal` when every sequence has a cache of its own (a context
+    /// of several sequences without `kv_unified`).
+    EqualRuns {
+        /// Rows one computation takes at most.
+        ubatch: usize,
+    },
+}
+
 /// An engine's model, as the [`Stepper`](super::Stepper) drives it: one
 /// forward pass over a batch of rows from several sequences, each row's
 /// output, and removing a sequence's positions after a rejected draft.
@@ -216,6 +245,15 @@ pub trait Target {
     /// cost curve). `None` by default: the stepper times the call.
     fn pass_time(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    /// How the target computes a pass (read once, by
+    /// [`Stepper::new`](super::Stepper::new)). The default is one
+    /// computation of any size; a target whose passes split by sequence
+    /// says so, or the draft budget prices drafts in one sequence as if
+    /// they joined the others' computation.
+    fn split(&self) -> Split {
+        Split::Whole { ubatch: usize::MAX }
     }
 
     /// Removes the positions `from..` of `seq`'s cache.

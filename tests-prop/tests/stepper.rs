@@ -9,7 +9,7 @@ mod mock;
 
 use mock::{plain_greedy, Mock};
 use proptest::prelude::*;
-use selfspec::step::{Decode, PassTimes, SeqId, Stepper, Stop};
+use selfspec::step::{Decode, PassTimes, SeqId, Split, Stepper, Stop};
 use selfspec::{Config, DraftLimits, Drafter, Shared, Speculative, Token};
 
 const V: u32 = 12;
@@ -119,12 +119,14 @@ fn run(
     batch: usize,
     checkpoints: bool,
     cost: Option<(f64, f64)>,
+    split: Split,
 ) -> Vec<(usize, selfspec::step::Reply)> {
     let mut target = Mock::new(sequences, 256, VOCAB, batch);
     if checkpoints {
         target = target.with_checkpoints();
     }
     target.cost = cost;
+    target.split = split;
     let mut stepper = Stepper::new(&target).unwrap().with_prefill_chunk(7);
     if cost.is_some() {
         stepper = stepper.with_budget(PassTimes::new());
@@ -154,6 +156,13 @@ fn run(
     replies
 }
 
+/// Every way a target may split its passes.
+const SPLITS: &[Split] = &[
+    Split::Whole { ubatch: usize::MAX },
+    Split::PerSequence,
+    Split::EqualRuns { ubatch: 512 },
+];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -164,9 +173,11 @@ proptest! {
         sequences in 1usize..4,
         checkpoints in any::<bool>(),
         cost in prop::option::of((0.0f64..1000.0, 0.0f64..1000.0)),
+        split in prop::sample::select(SPLITS),
     ) {
-        // With a cost, the draft budget cuts drafts by the simulated pass times.
-        let replies = run(&jobs, &plans, sequences, 2 * sequences + 16, checkpoints, cost);
+        // With a cost, the draft budget cuts drafts by the simulated pass
+        // times (and pads them, where passes split by sequence runs).
+        let replies = run(&jobs, &plans, sequences, 2 * sequences + 16, checkpoints, cost, split);
         prop_assert_eq!(replies.len(), jobs.len());
         for (j, reply) in replies {
             let job = &jobs[j];
@@ -181,7 +192,7 @@ proptest! {
     #[test]
     fn right_drafts_save_passes(prompt in prop::collection::vec(0..V, 1..20), len in 2usize..9) {
         let jobs = [Job { prompt, max_tokens: 40, join_at: 0, drafts: true }];
-        let replies = run(&jobs, &[Plan::Right(len)], 1, 64, false, None);
+        let replies = run(&jobs, &[Plan::Right(len)], 1, 64, false, None, SPLITS[0]);
         let reply = &replies[0].1;
         // Each pass yields the accepted draft and one more token.
         prop_assert!(reply.decode_passes <= 39usize.div_ceil(len + 1), "{} passes", reply.decode_passes);
@@ -242,7 +253,10 @@ fn the_budget_sends_drafts_only_where_they_pay() {
         // Cheap rows but drafts always wrong: the measured acceptance stops them.
         (1000.0, 100.0, Plan::Noise { len: 6, noise: 1 }, false),
     ];
-    for &(fixed, per_row, plan, pays) in cases {
+    for (&(fixed, per_row, plan, pays), &split) in cases
+        .iter()
+        .flat_map(|c| SPLITS.iter().map(move |s| (c, s)))
+    {
         let jobs: Vec<Job> = (0..6)
             .map(|i| Job {
                 prompt: vec![i, 3, 5],
@@ -251,7 +265,7 @@ fn the_budget_sends_drafts_only_where_they_pay() {
                 drafts: true,
             })
             .collect();
-        let replies = run(&jobs, &[plan], 2, 64, false, Some((fixed, per_row)));
+        let replies = run(&jobs, &[plan], 2, 64, false, Some((fixed, per_row)), split);
         let (drafted, tokens, passes) = replies.iter().fold((0, 0, 0), |(d, t, p), (_, r)| {
             (d + r.drafted, t + r.tokens.len(), p + r.decode_passes + 1)
         });
@@ -259,8 +273,100 @@ fn the_budget_sends_drafts_only_where_they_pay() {
         assert_eq!(
             sent_per_pass > 1.0,
             pays,
-            "{fixed} + {per_row}/row, {plan:?}: {sent_per_pass} drafted a pass"
+            "{fixed} + {per_row}/row, {plan:?}, {split:?}: {sent_per_pass} drafted a pass"
         );
-        assert_eq!(tokens as f64 / passes as f64 > 2.0, pays, "{plan:?}");
+        assert_eq!(
+            tokens as f64 / passes as f64 > 2.0,
+            pays,
+            "{plan:?} {split:?}"
+        );
     }
+}
+
+#[test]
+fn passes_split_by_sequence_runs_are_padded_whole() {
+    // Four sequences, one drafting right; a computation costs 1000 us, a
+    // row 1 us. Split by runs, the drafting sequence's rows alone would be
+    // a second computation: the budget pads the others' drafts instead.
+    // Whole, the draft joins the others' computation as it is.
+    let jobs: Vec<Job> = (0..4)
+        .map(|i| Job {
+            prompt: vec![i, 3, 5],
+            max_tokens: 100,
+            join_at: 0,
+            drafts: i == 0,
+        })
+        .collect();
+    for (split, padded) in [
+        (Split::EqualRuns { ubatch: 512 }, true),
+        (Split::Whole { ubatch: 512 }, false),
+    ] {
+        let replies = run(
+            &jobs,
+            &[Plan::Right(8)],
+            4,
+            64,
+            false,
+            Some((1000.0, 1.0)),
+            split,
+        );
+        let drafted_by_plain: usize = replies
+            .iter()
+            .filter(|(j, _)| *j != 0)
+            .map(|(_, r)| r.drafted)
+            .sum();
+        assert_eq!(
+            drafted_by_plain > 0,
+            padded,
+            "{split:?}: {drafted_by_plain}"
+        );
+        for (j, reply) in &replies {
+            assert_eq!(reply.tokens, plain_greedy(&jobs[*j].prompt, 100, VOCAB));
+        }
+        let first = replies.iter().find(|(j, _)| *j == 0).unwrap();
+        assert!(
+            first.1.decode_passes < 30,
+            "{split:?}: {}",
+            first.1.decode_passes
+        );
+    }
+}
+
+#[test]
+fn a_gap_in_a_run_gets_a_filler_row_and_leaves_no_trace() {
+    // Three sequences, the middle one done early; plain requests. Split by
+    // runs, the idle middle sequence would split every pass in two: it
+    // gets a filler row instead (removed at the next step). Whole, no
+    // filler.
+    let prompts: [Vec<Token>; 3] = [vec![1, 2, 3], vec![4, 5], vec![6, 7, 8]];
+    let lens = [60, 3, 60];
+    let mut rows = Vec::new();
+    for split in [
+        Split::EqualRuns { ubatch: 512 },
+        Split::Whole { ubatch: 512 },
+    ] {
+        let mut target = Mock::new(3, 256, VOCAB, 32);
+        target.cost = Some((1000.0, 1.0));
+        target.split = split;
+        let mut stepper = Stepper::new(&target).unwrap().with_budget(PassTimes::new());
+        for (i, p) in prompts.iter().enumerate() {
+            let d = Decode::greedy(lens[i]);
+            stepper.start(SeqId::new(i), p, d, None).unwrap();
+        }
+        let mut replies = Vec::new();
+        while stepper.is_running() {
+            stepper.step(&mut target).unwrap();
+            replies.extend(stepper.finished().map(|f| (f.seq.index(), f.reply)));
+            for s in 0..3 {
+                let held = stepper.cached(SeqId::new(s));
+                assert!(target.caches[s].starts_with(held), "{split:?} sequence {s}");
+                assert!(target.caches[s].len() <= held.len() + 1);
+            }
+        }
+        for (s, reply) in &replies {
+            assert_eq!(reply.tokens, plain_greedy(&prompts[*s], lens[*s], VOCAB));
+        }
+        rows.push(target.rows_evaluated);
+    }
+    assert!(rows[0] > rows[1] + 40, "fillers: {rows:?}");
 }

@@ -2,6 +2,7 @@
 //! of the context and the batch they take.
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use selfspec::step::Split;
 
 use crate::Error;
 
@@ -30,6 +31,7 @@ use crate::Error;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     n_seq_max: u32,
+    kv_unified: bool,
     seq_ids: Vec<i32>,
     context: Option<usize>,
     batch: Option<usize>,
@@ -44,6 +46,7 @@ impl Options {
         let n_seq_max = params.n_seq_max();
         Options {
             n_seq_max,
+            kv_unified: params.kv_unified(),
             seq_ids: (0..n_seq_max)
                 .map_while(|i| i32::try_from(i).ok())
                 .collect(),
@@ -115,6 +118,23 @@ impl Options {
 
     /// The options checked against a context of `n_ctx` positions and
     /// `n_batch` rows, the defaults filled in.
+    /// How llama.cpp computes a pass of this context: one computation
+    /// (split in `n_ubatch` chunks) with one cache for all sequences, else
+    /// equal rows a sequence over runs of consecutive sequence ids
+    /// (`split_equal`), which the target's sequences form when their ids
+    /// follow one another (else, roughly, each sequence alone).
+    pub(crate) fn split(&self, n_ubatch: usize) -> Split {
+        let ubatch = n_ubatch.max(1);
+        let ids = &self.seq_ids;
+        if self.n_seq_max <= 1 || self.kv_unified {
+            Split::Whole { ubatch }
+        } else if ids.windows(2).all(|w| w[1] == w[0] + 1) {
+            Split::EqualRuns { ubatch }
+        } else {
+            Split::PerSequence
+        }
+    }
+
     pub(crate) fn resolve(mut self, n_ctx: usize, n_batch: usize) -> Result<Options, Error> {
         let n = self.seq_ids.len();
         setting("sequences", n, n >= 1, "at least one sequence id")?;
@@ -151,5 +171,40 @@ fn setting(what: &'static str, value: usize, ok: bool, allowed: &'static str) ->
             value,
             allowed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_follows_the_cache_layout() {
+        let params = |n: u32, unified: bool| {
+            LlamaContextParams::default()
+                .with_n_seq_max(n)
+                .with_kv_unified(unified)
+        };
+        let whole = Split::Whole { ubatch: 512 };
+        let runs = Split::EqualRuns { ubatch: 512 };
+        // (case, options, expected split)
+        let cases = [
+            ("one sequence", Options::new(&params(1, false)), whole),
+            ("unified", Options::new(&params(4, true)), whole),
+            ("a cache each", Options::new(&params(4, false)), runs),
+            (
+                "consecutive ids",
+                Options::new(&params(4, false)).with_seq_ids([2, 3]),
+                runs,
+            ),
+            (
+                "ids apart",
+                Options::new(&params(4, false)).with_seq_ids([3, 1]),
+                Split::PerSequence,
+            ),
+        ];
+        for (case, options, want) in cases {
+            assert_eq!(options.split(512), want, "{case}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
-use selfspec::step::{Batch, Kept, Row, SeqId, Shape, Target};
+use selfspec::step::{Batch, Kept, Row, SeqId, Shape, Split, Target};
 
 use crate::{Error, Options};
 
@@ -45,6 +45,8 @@ pub struct LlamaTarget<'m, C = LlamaContext<'m>> {
     seq_rows: Vec<usize>,
     /// The last pass's tokens, joining their caches when it succeeds.
     pending: Vec<(usize, u32)>,
+    /// How llama.cpp computes a pass of this context.
+    split: Split,
 }
 
 impl<C> std::fmt::Debug for LlamaTarget<'_, C> {
@@ -67,11 +69,16 @@ impl<'m, C: BorrowMut<LlamaContext<'m>>> LlamaTarget<'m, C> {
     /// `n_ctx`, or a batch under 2 rows a sequence or past the context's
     /// `n_batch`; [`Error::KvCache`] if llama.cpp cannot empty a cache.
     pub fn new(model: &'m LlamaModel, mut ctx: C, options: Options) -> Result<Self, Error> {
-        let (n_ctx, n_batch) = {
+        let (n_ctx, n_batch, n_ubatch) = {
             let c = ctx.borrow_mut();
-            (to_usize(c.n_ctx()), to_usize(c.n_batch()))
+            (
+                to_usize(c.n_ctx()),
+                to_usize(c.n_batch()),
+                to_usize(c.n_ubatch()),
+            )
         };
         let options = options.resolve(n_ctx, n_batch)?;
+        let split = options.split(n_ubatch);
         let sequences = options.seq_ids().len();
         let context = options.context().unwrap_or(n_ctx);
         let rows = options.batch().unwrap_or(n_batch);
@@ -92,6 +99,7 @@ impl<'m, C: BorrowMut<LlamaContext<'m>>> LlamaTarget<'m, C> {
             seq_rows: vec![0; sequences],
             pending: Vec::with_capacity(rows),
             options,
+            split,
         };
         for seq in 0..sequences {
             target.clear(SeqId::new(seq))?;
@@ -286,6 +294,12 @@ impl<'m, C: BorrowMut<LlamaContext<'m>>> Target for LlamaTarget<'m, C> {
             vocab: self.vocab,
             batch: self.step_rows,
         }
+    }
+
+    /// One computation with a unified cache or a single sequence; else
+    /// llama.cpp's `split_equal` over runs of consecutive sequence ids.
+    fn split(&self) -> Split {
+        self.split
     }
 
     fn forward(&mut self, batch: &Batch) -> Result<(), Error> {

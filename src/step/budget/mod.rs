@@ -15,12 +15,17 @@ use std::time::Duration;
 
 mod acceptance;
 mod calibration;
+mod linear;
+mod split;
 mod times;
 
 pub(crate) use acceptance::Acceptance;
 use calibration::Calibration;
+use linear::{Counts, SplitTimes};
+use split::Part;
 pub use times::PassTimes;
 
+use super::Split;
 use crate::int::float;
 
 /// How far below the budget's break-even probability a drafter that stops
@@ -32,32 +37,62 @@ const DRAFT_SLACK: f64 = 0.5;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Candidate {
     pub q: f64,
-    /// Its sequence's index among the step's drafting sequences.
+    /// Its sequence's index among the stepper's sequences.
     pub seq: u32,
     pub pos: u32,
 }
 
-/// The budget's state: the pass-time model, the measured acceptance of
+/// One sequence of the pass being sized.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Slot {
+    /// Its rows without a draft: `last` and tokens evaluated again when
+    /// decoding, its prompt chunk when joining, none when idle.
+    pub base: usize,
+    /// Draft rows it has room for when decoding (none otherwise).
+    pub room: Option<usize>,
+    /// Idle, with room for a row in its cache: a filler row there can keep
+    /// a pass that splits by sequence runs in one run.
+    pub fillable: bool,
+}
+
+/// The budget's state: the pass-time models, the measured acceptance of
 /// drafters without estimates, the correction of those with estimates,
 /// and scratch.
 #[derive(Clone, Debug)]
 pub(crate) struct Budget {
+    /// Pass times of a target that computes a pass whole.
     pub times: PassTimes,
+    /// Pass times of a target whose passes split by sequence.
+    split_times: SplitTimes,
     pub acceptance: Acceptance,
     pub calibration: Calibration,
+    /// The pass's sequences, by index (filled by the caller each step).
+    pub slots: Vec<Slot>,
     pub candidates: Vec<Candidate>,
     pub probabilities: Vec<f64>,
     /// Draft rows kept per sequence (scratch).
     pub keep: Vec<usize>,
+    /// Idle sequences that get a filler row this pass.
+    pub fill: Vec<bool>,
     /// The token cost drafters were last told (see [`DRAFT_SLACK`]).
     pub token_cost: f64,
+    /// Of all drafts, the sum of the `q`s at each position.
+    level_gain: Vec<f64>,
+    /// Scratch: rows a sequence of a plan, and its computations.
+    plan: Vec<usize>,
+    left: Vec<usize>,
+    parts: Vec<Part>,
 }
 
 /// What the budget chose for one pass.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Choice {
-    /// Draft rows in the pass.
+    /// Draft rows in the pass: the first `rows` candidates.
     pub rows: usize,
+    /// When not 0: every decoding sequence sends `level` draft rows, its
+    /// draft's first ones and padding after them (instead of `rows`), so
+    /// that a pass that splits by sequence stays one computation.
+    pub level: usize,
     /// The acceptance probability at which one more draft row breaks even.
     pub break_even: f64,
 }
@@ -66,13 +101,27 @@ impl Budget {
     pub(crate) fn new(times: PassTimes) -> Budget {
         Budget {
             times,
+            split_times: SplitTimes::default(),
             acceptance: Acceptance::default(),
             calibration: Calibration::default(),
+            slots: Vec::new(),
             candidates: Vec::new(),
             probabilities: Vec::new(),
             keep: Vec::new(),
+            fill: Vec::new(),
             token_cost: 0.0,
+            level_gain: Vec::new(),
+            plan: Vec::new(),
+            left: Vec::new(),
+            parts: Vec::new(),
         }
+    }
+
+    /// Empties the candidates and slots for a new pass.
+    pub(crate) fn clear(&mut self) {
+        self.candidates.clear();
+        self.slots.clear();
+        self.level_gain.clear();
     }
 
     /// Adds one sequence's draft: `probabilities[j]`, the chance token `j`
@@ -83,40 +132,163 @@ impl Budget {
             q *= p.clamp(0.0, 1.0);
             let pos = crate::int::small(j);
             self.candidates.push(Candidate { q, seq, pos });
+            if self.level_gain.len() <= j {
+                self.level_gain.push(0.0);
+            }
+            self.level_gain[j] += q;
         }
     }
 
-    /// Chooses the draft rows of a pass with `base_rows` other rows and
-    /// `sequences` decoding sequences, from the candidates added; sorts
-    /// them so that the first `rows` are the ones to send. Before any pass
-    /// time is known: no draft rows (the first pass is timed plain).
-    pub(crate) fn choose(&mut self, base_rows: usize, sequences: usize) -> Option<Choice> {
-        let Some(base) = self.times.secs(base_rows.max(1)) else {
-            return Some(Choice {
+    /// The time of a pass with `self.plan[s]` rows in sequence `s`: the
+    /// sum of its computations' times.
+    fn plan_secs(&mut self, split: Split) -> Option<f64> {
+        split::computations(split, &self.plan, &mut self.left, &mut self.parts);
+        match split {
+            Split::Whole { .. } => self.parts.iter().map(|p| self.times.secs(p.rows)).sum(),
+            _ => self.split_times.secs(counts(&self.parts)),
+        }
+    }
+
+    /// Chooses the draft rows of a pass over [`slots`](Budget::slots) that
+    /// `split` computes, from the candidates added; sorts them so that the
+    /// first `rows` are the ones to send. Plans weighed: the first `m`
+    /// candidates for every `m` (none when no draft pays) and, where the
+    /// pass splits by sequence, every decoding sequence at the same draft
+    /// length. Before any pass time is known: no draft rows (the first
+    /// pass is timed plain).
+    pub(crate) fn choose(&mut self, split: Split) -> Option<Choice> {
+        self.plan.clear();
+        self.plan.extend(self.slots.iter().map(|s| s.base));
+        let Some(base) = self.plan_secs(split) else {
+            let none = Choice {
                 rows: 0,
+                level: 0,
                 break_even: 1.0,
-            });
+            };
+            return Some(none);
         };
         self.candidates.sort_unstable_by(|a, b| {
             b.q.total_cmp(&a.q)
                 .then(a.seq.cmp(&b.seq))
                 .then(a.pos.cmp(&b.pos))
         });
+        let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
         let mut tokens = float(sequences);
-        let (mut best_rows, mut best) = (0, tokens / base);
-        for (m, c) in self.candidates.iter().enumerate() {
+        let (mut best, mut rate) = ((0, 0), tokens / base);
+        for m in 0..self.candidates.len() {
+            let c = self.candidates[m];
             tokens += c.q;
-            let t = self.times.secs(base_rows + m + 1)?;
-            if t > 0.0 && tokens / t > best {
-                (best_rows, best) = (m + 1, tokens / t);
+            self.plan[crate::int::ix32(c.seq)] += 1;
+            let t = self.plan_secs(split)?;
+            if t > 0.0 && tokens / t > rate {
+                (best, rate) = ((m + 1, 0), tokens / t);
             }
         }
-        let now = self.times.secs(base_rows + best_rows)?;
-        let next = self.times.secs(base_rows + best_rows + 1)?;
+        if let Split::EqualRuns { .. } = split {
+            if let Some(level) = self.best_level(split, &mut rate)? {
+                best = (0, level);
+            }
+        }
+        let break_even = rate * self.next_row_secs(split, best)?;
         Some(Choice {
-            rows: best_rows,
-            break_even: best * (next - now),
+            rows: best.0,
+            level: best.1,
+            break_even,
         })
+    }
+
+    /// The draft length at which every decoding sequence (padded where its
+    /// draft is shorter) gives more than `rate` tokens per second, the
+    /// best such; `rate` becomes its rate.
+    fn best_level(&mut self, split: Split, rate: &mut f64) -> Option<Option<usize>> {
+        let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
+        let room = self.slots.iter().filter_map(|s| s.room).min().unwrap_or(0);
+        let (mut tokens, mut best) = (float(sequences), None);
+        for level in 1..=self.level_gain.len().min(room) {
+            tokens += self.level_gain[level - 1];
+            self.plan.clear();
+            let plan = self
+                .slots
+                .iter()
+                .map(|s| s.base + s.room.map_or(0, |_| level));
+            self.plan.extend(plan);
+            let t = self.plan_secs(split)?;
+            if t > 0.0 && tokens / t > *rate {
+                (best, *rate) = (Some(level), tokens / t);
+            }
+        }
+        Some(best)
+    }
+
+    /// The rows a sequence of the plan chosen, into `self.plan`.
+    fn chosen(&mut self, (rows, level): (usize, usize)) {
+        self.plan.clear();
+        self.plan.extend(self.slots.iter().map(|s| s.base));
+        if level > 0 {
+            for (p, s) in self.plan.iter_mut().zip(&self.slots) {
+                *p += s.room.map_or(0, |_| level);
+            }
+        } else {
+            for c in &self.candidates[..rows] {
+                self.plan[crate::int::ix32(c.seq)] += 1;
+            }
+        }
+    }
+
+    /// What one more draft row adds to the time of the plan chosen (the
+    /// next candidate's, or the first decoding sequence's).
+    fn next_row_secs(&mut self, split: Split, best: (usize, usize)) -> Option<f64> {
+        self.chosen(best);
+        let now = self.plan_secs(split)?;
+        let next = match self.candidates.get(best.0) {
+            Some(c) if best.1 == 0 => crate::int::ix32(c.seq),
+            _ => self
+                .slots
+                .iter()
+                .position(|s| s.room.is_some())
+                .unwrap_or(0),
+        };
+        if let Some(p) = self.plan.get_mut(next) {
+            *p += 1;
+        }
+        Some(self.plan_secs(split)? - now)
+    }
+
+    /// Whether idle sequences between sequences with rows get a filler row
+    /// ([`fill`](Budget::fill)) in the pass `choice` chose: where the pass
+    /// splits by sequence runs, a gap in the run costs a computation, a
+    /// filler a row.
+    pub(crate) fn fill_gaps(&mut self, split: Split, choice: Choice) {
+        self.fill.clear();
+        self.fill.resize(self.slots.len(), false);
+        if !matches!(split, Split::EqualRuns { .. }) {
+            return;
+        }
+        self.chosen((choice.rows, choice.level));
+        let first = self.plan.iter().position(|&r| r > 0);
+        let last = self.plan.iter().rposition(|&r| r > 0);
+        let (Some(first), Some(last)) = (first, last) else {
+            return;
+        };
+        let mut any = false;
+        for i in first..last {
+            if self.plan[i] == 0 && self.slots[i].fillable {
+                self.fill[i] = true;
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        let Some(without) = self.plan_secs(split) else {
+            return self.fill.fill(false);
+        };
+        for (p, &f) in self.plan.iter_mut().zip(&self.fill) {
+            *p += usize::from(f);
+        }
+        if !self.plan_secs(split).is_some_and(|with| with < without) {
+            self.fill.fill(false);
+        }
     }
 
     /// Sets the token cost drafters are told from the last choice.
@@ -169,61 +341,125 @@ impl Budget {
         }
     }
 
-    /// Records a pass.
-    pub(crate) fn record(&mut self, rows: usize, took: Duration) {
-        self.times.record(rows, took);
+    /// Records a pass in which sequence `s` had `rows[s]` rows, computed as
+    /// `split` computes it. (A whole pass in several chunks: each chunk its
+    /// share of the time by rows.)
+    pub(crate) fn record(
+        &mut self,
+        split: Split,
+        rows: impl Iterator<Item = usize>,
+        took: Duration,
+    ) {
+        self.plan.clear();
+        self.plan.extend(rows);
+        split::computations(split, &self.plan, &mut self.left, &mut self.parts);
+        if let Split::Whole { .. } = split {
+            let total: usize = self.parts.iter().map(|p| p.rows).sum();
+            for p in &self.parts {
+                let share = took.mul_f64(float(p.rows) / float(total));
+                self.times.record(p.rows, share);
+            }
+        } else if !self.parts.is_empty() {
+            self.split_times
+                .record(counts(&self.parts), took.as_secs_f64());
+        }
     }
+}
+
+/// A split pass's [`Counts`]: computations, rows, and sequences in
+/// computations of several rows a sequence.
+fn counts(parts: &[Part]) -> Counts {
+    let mut x = [0.0; 3];
+    for p in parts {
+        x[0] += 1.0;
+        x[1] += float(p.rows);
+        if p.each > 1 {
+            x[2] += float(p.rows / p.each);
+        }
+    }
+    x
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const WHOLE: Split = Split::Whole { ubatch: 512 };
+    const RUNS: Split = Split::EqualRuns { ubatch: 512 };
+
     fn ms(x: f64) -> Duration {
         Duration::from_secs_f64(x / 1000.0)
     }
 
-    /// A budget whose passes cost `fixed + per_row * rows` ms.
+    /// A budget whose computations cost `fixed + per_row * rows` ms.
     fn budget(fixed: f64, per_row: f64) -> Budget {
         let mut times = PassTimes::new();
         for rows in [1, 2, 4, 8, 16, 32, 64] {
             times.record(rows, ms(fixed + per_row * float(rows)));
         }
-        Budget::new(times)
+        let mut b = Budget::new(times);
+        for _ in 0..10 {
+            for x in [
+                [1.0, 1.0, 0.0],
+                [1.0, 8.0, 0.0],
+                [2.0, 9.0, 1.0],
+                [1.0, 16.0, 8.0],
+            ] {
+                let t = ms(fixed * x[0] + per_row * x[1]).as_secs_f64();
+                b.split_times.record(x, t);
+            }
+        }
+        b
+    }
+
+    /// Adds decoding sequences with these drafts (room for 16 rows each).
+    fn drafts(b: &mut Budget, drafts: &[&[f64]]) {
+        b.clear();
+        for (s, p) in drafts.iter().enumerate() {
+            b.slots.push(Slot {
+                base: 1,
+                room: Some(16),
+                fillable: false,
+            });
+            b.add(crate::int::small(s), p);
+        }
     }
 
     #[test]
     fn chooses_as_a_table() {
-        /// (fixed ms, per-row ms, sequences, each one's acceptance, expected rows)
-        type Case<'a> = (f64, f64, usize, &'a [&'a [f64]], usize);
+        /// (fixed ms, per-row ms, split, each sequence's acceptance,
+        /// expected rows, expected level)
+        type Case<'a> = (f64, f64, Split, &'a [&'a [f64]], usize, usize);
+        let eight: &[&[f64]] = &[&[0.95, 0.95], &[0.2], &[], &[], &[], &[], &[], &[]];
         let cases: &[Case] = &[
             // Rows almost free (a GPU at batch 1): take every likely token.
-            (10.0, 0.01, 1, &[&[0.9, 0.9, 0.9, 0.9]], 4),
+            (10.0, 0.01, WHOLE, &[&[0.9, 0.9, 0.9, 0.9]], 4, 0),
             // Rows as dear as a pass: nothing pays.
-            (0.0, 1.0, 1, &[&[0.9, 0.9]], 0),
+            (0.0, 1.0, WHOLE, &[&[0.9, 0.9]], 0, 0),
             // Middle: the sure tokens only.
-            (10.0, 2.0, 1, &[&[0.99, 0.99, 0.3, 0.3]], 2),
+            (10.0, 2.0, WHOLE, &[&[0.99, 0.99, 0.3, 0.3]], 2, 0),
             // A full batch: rows cost more per sequence; the best draft wins.
+            (10.0, 1.0, WHOLE, eight, 2, 0),
+            // The same batch split by sequence runs: one sequence's draft
+            // is a computation of its own, and does not pay.
+            (10.0, 1.0, RUNS, eight, 0, 0),
+            // Every sequence with a sure draft: all at one length, whole.
             (
                 10.0,
                 1.0,
-                8,
-                &[&[0.95, 0.95], &[0.2], &[], &[], &[], &[], &[], &[]],
+                RUNS,
+                &[&[0.99, 0.99], &[0.99, 0.99], &[0.99]],
+                0,
                 2,
             ),
+            // Split by sequence, each alone: a draft pays for itself.
+            (10.0, 1.0, Split::PerSequence, &[&[0.99], &[]], 1, 0),
         ];
-        for (i, &(fixed, per_row, sequences, drafts, want)) in cases.iter().enumerate() {
+        for (i, &(fixed, per_row, split, d, rows, level)) in cases.iter().enumerate() {
             let mut b = budget(fixed, per_row);
-            for (s, p) in drafts.iter().enumerate() {
-                b.add(crate::int::small(s), p);
-            }
-            let c = b.choose(sequences, sequences).unwrap();
-            assert_eq!(c.rows, want, "case {i}: {c:?}");
-            if want > 0 {
-                assert!(b.candidates[..want]
-                    .iter()
-                    .all(|c| c.seq == b.candidates[0].seq || sequences == 1));
-            }
+            drafts(&mut b, d);
+            let c = b.choose(split).unwrap();
+            assert_eq!((c.rows, c.level), (rows, level), "case {i}: {c:?}");
         }
     }
 
@@ -235,22 +471,25 @@ mod tests {
         times.record(1, ms(28.0));
         times.record(2, ms(53.0));
         let mut b = Budget::new(times);
-        b.add(0, &[0.95; 8]);
-        let c = b.choose(1, 1).unwrap();
+        drafts(&mut b, &[&[0.95; 8]]);
+        let c = b.choose(WHOLE).unwrap();
         assert!(c.rows > 2, "{c:?}");
     }
 
     #[test]
     fn nothing_measured_sends_no_draft() {
         let mut b = Budget::new(PassTimes::new());
-        b.add(0, &[0.9]);
-        assert_eq!(b.choose(1, 1).map(|c| c.rows), Some(0));
+        drafts(&mut b, &[&[0.9]]);
+        assert_eq!(b.choose(WHOLE).map(|c| c.rows), Some(0));
     }
 
     #[test]
     fn the_break_even_follows_the_row_cost() {
-        let cheap = budget(10.0, 0.1).choose(1, 1).unwrap().break_even;
-        let dear = budget(10.0, 2.0).choose(1, 1).unwrap().break_even;
-        assert!(cheap < dear, "{cheap} vs {dear}");
+        let mut cheap = budget(10.0, 0.1);
+        let mut dear = budget(10.0, 2.0);
+        drafts(&mut cheap, &[&[]]);
+        drafts(&mut dear, &[&[]]);
+        let (cheap, dear) = (cheap.choose(WHOLE).unwrap(), dear.choose(WHOLE).unwrap());
+        assert!(cheap.break_even < dear.break_even, "{cheap:?} vs {dear:?}");
     }
 }

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
-use selfspec::step::{Batch, Kept, SeqId, Shape, Target};
+use selfspec::step::{Batch, Kept, SeqId, Shape, Split, Target};
 use selfspec::Token;
 
 /// The mock's errors.
@@ -59,9 +59,16 @@ pub struct Mock {
     pub fail_at: Option<usize>,
     /// Rows evaluated, in all passes.
     pub rows_evaluated: usize,
-    /// Simulated pass times: `fixed + per_row * rows` microseconds.
+    /// Simulated pass times: `fixed + per_row * rows` microseconds a
+    /// computation.
     pub cost: Option<(f64, f64)>,
+    /// How passes split into computations (each charged `fixed`).
+    pub split: Split,
     last_rows: usize,
+    /// Computations of the last pass.
+    last_parts: usize,
+    /// Rows a sequence of the last pass (scratch).
+    per_seq: Vec<usize>,
 }
 
 impl Mock {
@@ -80,7 +87,10 @@ impl Mock {
             fail_at: None,
             rows_evaluated: 0,
             cost: None,
+            split: Split::Whole { ubatch: usize::MAX },
             last_rows: 0,
+            last_parts: 0,
+            per_seq: vec![0; sequences],
         }
     }
 
@@ -131,6 +141,11 @@ impl Target for Mock {
         }
         self.rows_evaluated += batch.len();
         self.last_rows = batch.len();
+        self.per_seq.fill(0);
+        for row in batch.rows() {
+            self.per_seq[row.seq.index()] += 1;
+        }
+        self.last_parts = computations(self.split, &self.per_seq);
         Ok(())
     }
 
@@ -141,8 +156,12 @@ impl Target for Mock {
     fn pass_time(&self) -> Option<std::time::Duration> {
         let (fixed, per_row) = self.cost?;
         Some(std::time::Duration::from_secs_f64(
-            (fixed + per_row * self.last_rows as f64) * 1e-6,
+            (fixed * self.last_parts as f64 + per_row * self.last_rows as f64) * 1e-6,
         ))
+    }
+
+    fn split(&self) -> Split {
+        self.split
     }
 
     fn truncate(&mut self, seq: SeqId, from: usize) -> Result<Kept, MockError> {
@@ -156,6 +175,30 @@ impl Target for Mock {
                 cache.truncate(from);
                 Ok(Kept::Exact)
             }
+        }
+    }
+}
+
+/// Computations of a pass with `rows[s]` rows in sequence `s` (no cap on
+/// their size): one, one a sequence, or equal rows over runs of
+/// consecutive sequences, level by level.
+fn computations(split: Split, rows: &[usize]) -> usize {
+    match split {
+        Split::Whole { .. } => usize::from(rows.iter().any(|&r| r > 0)),
+        Split::PerSequence => rows.iter().filter(|&&r| r > 0).count(),
+        Split::EqualRuns { .. } => {
+            let mut left = rows.to_vec();
+            let mut parts = 0;
+            while let Some(first) = left.iter().position(|&r| r > 0) {
+                let end = left[first..]
+                    .iter()
+                    .position(|&r| r == 0)
+                    .map_or(left.len(), |e| first + e);
+                let each = *left[first..end].iter().min().unwrap();
+                left[first..end].iter_mut().for_each(|r| *r -= each);
+                parts += 1;
+            }
+            parts
         }
     }
 }

@@ -7,8 +7,10 @@
 //! stepper's view of every slot is emptied with them, so the next request
 //! of each slot evaluates its prompt whole.
 
-use selfspec::step::SeqId;
+use std::time::{Duration, Instant};
+
 pub use selfspec::step::{LogitNoise, PassCost, PassCurve, RowNoise};
+use selfspec::step::{Row, SeqId, Target};
 
 use crate::{Decoder, Error};
 
@@ -38,6 +40,75 @@ pub fn pass_cost_curve(
         sizes,
         reps,
     )?)
+}
+
+/// Times passes of several shapes (`shape[s]`: the rows of slot `s`, each
+/// after a `cache`-token cache of its own; median of `reps`, each rolled
+/// back, after one warm-up), to show what a pass costs as llama.cpp
+/// computes it: several sequences of one row, of several rows, and one
+/// sequence's draft beside the others' one row. Every slot is left empty.
+///
+/// # Errors
+///
+/// [`Error::Slot`] for a busy slot or a shape of more slots than the
+/// decoder has, and llama.cpp's errors.
+pub fn pass_shapes(
+    decoder: &mut Decoder<'_>,
+    cache: usize,
+    shapes: &[Vec<usize>],
+    reps: usize,
+) -> Result<Vec<Duration>, Error> {
+    let slots = decoder.settings().sequences;
+    if let Some(shape) = shapes.iter().find(|s| s.len() > slots) {
+        return Err(Error::Slot {
+            slot: shape.len() - 1,
+            slots,
+            problem: "is not in the decoder",
+        });
+    }
+    let target = decoder.idle_target()?;
+    let vocab = target.shape().vocab.max(1);
+    let token = |s: usize, p: usize| u32::try_from((s * 7919 + p * 104_729) % vocab).unwrap_or(0);
+    for s in 0..slots {
+        target.clear(SeqId::new(s))?;
+        for start in (0..cache).step_by(64) {
+            let rows = (start..cache.min(start + 64)).map(|pos| Row {
+                seq: SeqId::new(s),
+                token: token(s, pos),
+                pos,
+                output: false,
+            });
+            target.decode_rows(rows)?;
+        }
+    }
+    let mut medians = Vec::with_capacity(shapes.len());
+    for shape in shapes {
+        let mut times = Vec::with_capacity(reps);
+        for rep in 0..=reps {
+            let rows = shape.iter().enumerate().flat_map(|(s, &k)| {
+                (cache..cache + k).map(move |pos| Row {
+                    seq: SeqId::new(s),
+                    token: token(s, pos),
+                    pos,
+                    output: true,
+                })
+            });
+            let t = Instant::now();
+            target.decode_rows(rows)?;
+            if rep > 0 {
+                times.push(t.elapsed());
+            }
+            for s in 0..shape.len() {
+                target.truncate(SeqId::new(s), cache)?;
+            }
+        }
+        times.sort_unstable();
+        medians.push(times.get(times.len() / 2).copied().unwrap_or_default());
+    }
+    for s in 0..slots {
+        target.clear(SeqId::new(s))?;
+    }
+    Ok(medians)
 }
 
 /// The token cost for `sequences` sequences a pass on `decoder`

@@ -158,6 +158,7 @@ fn run(args: &Args) -> Result<bool, Error> {
             let c = curve.token_cost(1);
             println!("token cost (S = 1): {c:.3} = (t(17) - t(1)) / 16 / t(1)");
         }
+        print_shapes(&mut decoder)?;
         return Ok(true);
     }
     let conversations = conv::load(&args.common.sources())?;
@@ -178,6 +179,41 @@ fn run(args: &Args) -> Result<bool, Error> {
         );
     }
     report(args, &sets, bound, started.elapsed().as_secs_f64())
+}
+
+/// With several slots: what passes of S sequences cost as llama.cpp splits
+/// them (each row count a sequence, after caches of 256 and 2048 tokens).
+fn print_shapes(decoder: &mut Decoder<'_>) -> Result<(), Error> {
+    let n = decoder.settings().sequences;
+    if n < 2 {
+        return Ok(());
+    }
+    let with = |first: usize, rest: usize| {
+        let mut v = vec![rest; n];
+        v[0] = first;
+        v
+    };
+    let mut gap = vec![1; n];
+    gap[n / 2] = 0;
+    let shapes = vec![
+        vec![1; n],
+        gap,
+        with(2, 1),
+        with(4, 1),
+        with(9, 1),
+        vec![2; n],
+        vec![4; n],
+    ];
+    for cache in [256, 2048] {
+        let times = cost::pass_shapes(decoder, cache, &shapes, 9)?;
+        println!("passes of {n} sequences after {cache}-token caches (rows a sequence: ms, against all one row):");
+        let plain = times[0].as_secs_f64();
+        for (shape, t) in shapes.iter().zip(&times) {
+            let ms = t.as_secs_f64() * 1000.0;
+            println!("  {shape:?}: {ms:.1} ms, {:.2}x", t.as_secs_f64() / plain);
+        }
+    }
+    Ok(())
 }
 
 /// Decodes every kind's conversations plainly, then with each set, into the
