@@ -114,7 +114,7 @@ fn decode_len(s: &Sequence, share: usize) -> usize {
 /// expected tokens per unit of pass time, for the whole batch; padded to
 /// one length where that keeps a pass that splits by sequence whole.
 fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], split: Split, room: Room) {
-    budget.clear();
+    budget.clear(room.share);
     for (i, s) in seqs.iter_mut().enumerate() {
         let slot = slot(s, room);
         budget.slots.push(slot);

@@ -288,6 +288,9 @@ impl Stepper {
             s.cut_to = Some(keep.min(s.cut_to.unwrap_or(keep)));
             s.cached = keep;
         }
+        if let (Some(budget), Some(spec)) = (&mut self.budget, &spec) {
+            budget.register(spec);
+        }
         let draft = std::mem::take(&mut s.spare);
         s.live = Some(Live::new(prompt.len(), decode, spec, draft));
         Ok(())

@@ -37,6 +37,11 @@ impl Acceptance {
         &mut self.drafters[i].1
     }
 
+    /// Makes `name`'s table (when a request starts: a step then finds it).
+    pub(crate) fn register(&mut self, name: &str) {
+        self.rates(name);
+    }
+
     /// Appends to `out` the estimated probability that each of `len` draft
     /// tokens from `name` is accepted, given the ones before it.
     pub(crate) fn estimates(&mut self, name: &str, len: usize, out: &mut Vec<f64>) {

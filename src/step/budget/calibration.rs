@@ -74,6 +74,13 @@ impl Calibration {
         &mut self.drafters[i].buckets
     }
 
+    /// Makes `name`'s tables, greedy and sampled (when a request starts: a
+    /// step then finds them).
+    pub(crate) fn register(&mut self, name: &str) {
+        self.entry(name, false);
+        self.entry(name, true);
+    }
+
     /// Appends to `out` each of `estimates` corrected by what was measured
     /// in its bucket.
     pub(crate) fn correct(

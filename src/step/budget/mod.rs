@@ -117,11 +117,23 @@ impl Budget {
         }
     }
 
-    /// Empties the candidates and slots for a new pass.
-    pub(crate) fn clear(&mut self) {
+    /// Empties the candidates and slots for a new pass in which a draft
+    /// has at most `rows` tokens (its room made once: a warm step does not
+    /// allocate).
+    pub(crate) fn clear(&mut self, rows: usize) {
         self.candidates.clear();
         self.slots.clear();
         self.level_gain.clear();
+        self.level_gain.reserve(rows);
+    }
+
+    /// Makes the tables of `spec`'s drafters, so that no step allocates
+    /// them when a drafter drafts for the first time.
+    pub(crate) fn register(&mut self, spec: &crate::Speculative) {
+        for d in spec.stats() {
+            self.acceptance.register(&d.name);
+            self.calibration.register(&d.name);
+        }
     }
 
     /// Adds one sequence's draft: `probabilities[j]`, the chance token `j`
@@ -414,7 +426,7 @@ mod tests {
 
     /// Adds decoding sequences with these drafts (room for 16 rows each).
     fn drafts(b: &mut Budget, drafts: &[&[f64]]) {
-        b.clear();
+        b.clear(16);
         for (s, p) in drafts.iter().enumerate() {
             b.slots.push(Slot {
                 base: 1,
