@@ -80,10 +80,16 @@ fn bench_step(c: &mut Criterion) {
                 // A reply that filled the context starts again (once in
                 // millions of steps), so that every step measured decodes.
                 if !stepper.is_running() {
-                    spec = stepper.finished().next().and_then(|f| f.spec).or(spec.take());
+                    spec = stepper
+                        .finished()
+                        .next()
+                        .and_then(|f| f.spec)
+                        .or(spec.take());
                     stepper.forget(SeqId::new(0));
                     let d = Decode::greedy(usize::MAX / 2);
-                    stepper.start(SeqId::new(0), &text[..64], d, spec.take()).unwrap();
+                    stepper
+                        .start(SeqId::new(0), &text[..64], d, spec.take())
+                        .unwrap();
                 }
                 stepper.step(&mut target).unwrap();
                 stepper.events().len()
