@@ -210,11 +210,17 @@ impl Stepper {
     /// tokens (each with its estimated chance of acceptance: the drafter's
     /// own, recall's, or the acceptance measured by position for the
     /// others), the pass takes those that give the most expected tokens
-    /// per unit of pass time, and none when no draft pays. Pass times come
-    /// from `times`, which learns from every pass the stepper makes (start
-    /// with [`PassTimes::new`], or one seeded with a measured
-    /// [`PassCurve`]). Until a decoding pass is timed, no draft is sent:
-    /// the first pass is timed plain.
+    /// per unit of pass time, and none when no draft pays. A pass is
+    /// priced as the target computes it ([`Target::split`]): for a target
+    /// that computes it whole, from `times`, which learns from every pass
+    /// the stepper makes (start with [`PassTimes::new`], or one seeded with
+    /// a measured [`PassCurve`]); for one that splits it by sequence, from
+    /// a cost per computation, row and sequence of several rows learned
+    /// the same way. Where passes split by runs of sequences, the budget
+    /// may pad every decoding sequence's draft to one length and give an
+    /// idle sequence between busy ones a filler row (removed at the next
+    /// step). Until a decoding pass is timed, no draft is sent: the first
+    /// pass is timed plain.
     #[must_use]
     pub fn with_budget(mut self, times: PassTimes) -> Stepper {
         self.budget = Some(budget::Budget::new(times));
