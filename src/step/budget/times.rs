@@ -25,9 +25,10 @@ const SEED_WEIGHT: f64 = 2.0;
 
 /// Extra time per row assumed beyond the largest size measured, relative to
 /// that size's time per row: an optimistic guess, so that a longer pass is
-/// tried and measured. (A line through the two largest sizes measured is
-/// not: on a CPU the second row of a pass costs far more than the next few,
-/// so that line priced every longer draft out and none was ever measured.)
+/// tried and measured. (Not a line through the two largest sizes measured:
+/// on a CPU a pass's second row costs far more than the next few, so such
+/// a line would price every longer draft out, and a draft never sent is
+/// never measured.)
 const PRIOR_ROW_COST: f64 = 0.05;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
