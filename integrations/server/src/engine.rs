@@ -86,12 +86,16 @@ pub struct Settings {
     pub kv_unified: bool,
 }
 
-/// What the engine thread shares with the rest of the server.
-pub struct Parts {
+/// The model the engine thread makes its context of.
+pub struct Weights {
     /// The model (also read by the handlers: template, tokens, text).
     pub model: Arc<LlamaModel>,
     /// llama.cpp's backend.
     pub backend: &'static LlamaBackend,
+}
+
+/// What the engine thread shares with the rest of the server.
+pub struct Parts {
     /// The engine-wide memory.
     pub shared: Shared,
     /// The drafters' configuration.
@@ -102,6 +106,27 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: live requests are cancelled and the thread ends.
     pub shutdown: Arc<AtomicBool>,
+    /// Set while the engine thread runs (cleared when it ends, panics
+    /// included): what `/health` reports.
+    pub running: Arc<AtomicBool>,
+}
+
+/// Clears the engine's running flag when dropped: at the end of the
+/// engine thread, however it ends.
+struct Running(Arc<AtomicBool>);
+
+impl Running {
+    /// Sets `flag` until the guard is dropped.
+    fn set(flag: &Arc<AtomicBool>) -> Running {
+        flag.store(true, Ordering::Relaxed);
+        Running(Arc::clone(flag))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Starts the engine thread; returns once its context is made.
@@ -110,17 +135,24 @@ pub struct Parts {
 ///
 /// [`StartError::Context`] when llama.cpp cannot make the context or the
 /// stepper refuses its shape.
-pub fn spawn(settings: Settings, parts: Parts) -> Result<std::thread::JoinHandle<()>, StartError> {
+pub fn spawn(
+    settings: Settings,
+    weights: Weights,
+    parts: Parts,
+) -> Result<std::thread::JoinHandle<()>, StartError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let handle = std::thread::Builder::new()
         .name("selfspec-engine".into())
         .spawn(move || {
-            let model = Arc::clone(&parts.model);
-            let made = make_target(&model, parts.backend, settings);
+            let made = make_target(&weights.model, weights.backend, settings);
             match made {
                 Ok((target, stepper)) => {
+                    let engine = Engine::new(stepper, parts, settings.slots);
+                    // Set before the server answers /health; cleared
+                    // however the thread ends.
+                    let _running = Running::set(&engine.parts.running);
                     let _ = ready_tx.send(Ok(()));
-                    Engine::new(stepper, parts, settings.slots).run(target);
+                    engine.run(target);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -397,4 +429,85 @@ impl Engine {
 /// A count as a counter's `u64`.
 fn wide(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use selfspec::step::{Batch, Kept, Shape, Target};
+
+    /// A target whose passes panic: an engine bug, as the engine thread
+    /// would meet it.
+    struct Panics;
+
+    impl Target for Panics {
+        type Error = std::io::Error;
+        fn shape(&self) -> Shape {
+            Shape {
+                sequences: 2,
+                context: 64,
+                vocab: 8,
+                batch: 16,
+            }
+        }
+        fn forward(&mut self, _: &Batch) -> Result<(), Self::Error> {
+            panic!("a pass that panics");
+        }
+        fn logits(&mut self, _: usize) -> Result<&[f32], Self::Error> {
+            Err(std::io::Error::other("no logits"))
+        }
+        fn truncate(&mut self, _: SeqId, _: usize) -> Result<Kept, Self::Error> {
+            Ok(Kept::Exact)
+        }
+    }
+
+    #[test]
+    fn an_engine_thread_that_panics_clears_running_and_ends_its_requests() {
+        let (jobs_tx, jobs) = std::sync::mpsc::sync_channel(4);
+        let config = Config::recommended();
+        let parts = Parts {
+            shared: Shared::new(&config).unwrap(),
+            config,
+            jobs,
+            metrics: Arc::new(Metrics::default()),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            running: Arc::new(AtomicBool::new(false)),
+        };
+        let running = Arc::clone(&parts.running);
+        let stepper = Stepper::new(&Panics).unwrap();
+        let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::spawn(move || {
+            let engine = Engine::new(stepper, parts, 2);
+            let _running = Running::set(&engine.parts.running);
+            ready_tx.send(()).unwrap();
+            engine.run(Panics);
+        });
+        ready.recv().unwrap();
+        assert!(
+            running.load(Ordering::Relaxed),
+            "running while the engine steps"
+        );
+        let job = || {
+            let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+            let job = Job {
+                prompt: vec![1, 2, 3],
+                decode: Decode::greedy(4),
+                speculative: false,
+                scope: String::new(),
+                events,
+                cancel: Arc::new(AtomicBool::new(false)),
+            };
+            (job, rx)
+        };
+        let (first, mut rx) = job();
+        jobs_tx.send(first).unwrap();
+        assert!(thread.join().is_err(), "the pass's panic ends the thread");
+        assert!(!running.load(Ordering::Relaxed), "cleared by the panic");
+        assert_eq!(rx.blocking_recv(), None, "the request's channel is closed");
+        let disconnected = matches!(
+            jobs_tx.try_send(job().0),
+            Err(std::sync::mpsc::TrySendError::Disconnected(_))
+        );
+        assert!(disconnected, "the queue is closed");
+    }
 }

@@ -56,6 +56,18 @@ impl ApiError {
         }
     }
 
+    /// 500: the engine thread has ended (not at shutdown): nothing can be
+    /// decoded until the server is restarted, so no `Retry-After`.
+    pub fn engine_stopped() -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: "the engine has stopped: restart the server".into(),
+            kind: "server_error",
+            param: None,
+            code: Some("engine_stopped"),
+        }
+    }
+
     /// 500: the engine failed the request (a forward pass failed).
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {

@@ -48,6 +48,10 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: new requests get 503.
     pub shutdown: Arc<AtomicBool>,
+    /// Whether the engine thread runs (see [`engine::Parts::running`]).
+    ///
+    /// [`engine::Parts::running`]: crate::engine::Parts::running
+    pub running: Arc<AtomicBool>,
 }
 
 /// The routes.
@@ -60,8 +64,14 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+/// 200 `{"status": "ok"}` while the engine thread runs; 503 at shutdown;
+/// once the engine thread has ended otherwise, 500 with an
+/// `engine_stopped` error body, so that a supervisor restarts the server.
+async fn health(State(app): State<Arc<App>>) -> Response {
+    match app.engine_state() {
+        Ok(()) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn models(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
@@ -173,25 +183,47 @@ impl App {
         Ok(prompt)
     }
 
+    /// Whether the engine takes requests (see [`engine_state`]).
+    fn engine_state(&self) -> Result<(), ApiError> {
+        engine_state(
+            self.running.load(Ordering::Relaxed),
+            self.shutdown.load(Ordering::Relaxed),
+        )
+    }
+
     /// Queues `job` for the engine: 503 when the queue is full or the
-    /// engine has stopped.
+    /// server is shutting down, 500 when the engine has stopped.
     fn submit(&self, job: Job) -> Result<(), ApiError> {
-        if self.shutdown.load(Ordering::Relaxed) {
-            return Err(ApiError::unavailable("the server is shutting down"));
-        }
+        self.engine_state()?;
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
-        match self.jobs.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
-                Err(ApiError::unavailable(match e {
-                    TrySendError::Full(_) => {
-                        "every slot is busy and the queue is full: retry later"
-                    }
-                    TrySendError::Disconnected(_) => "the engine has stopped",
-                }))
-            }
+        let sent = self.jobs.try_send(job);
+        if sent.is_err() {
+            self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
         }
+        match sent {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(ApiError::unavailable(
+                "every slot is busy and the queue is full: retry later",
+            )),
+            // The engine thread ended between the check above and now.
+            Err(TrySendError::Disconnected(_)) => Err(self
+                .engine_state()
+                .err()
+                .unwrap_or_else(ApiError::engine_stopped)),
+        }
+    }
+}
+
+/// Whether the engine takes requests, from its flags: at shutdown 503
+/// (`Retry-After`: another instance may take over); an engine thread that
+/// ended otherwise (a bug: it does not end by itself) 500, for good.
+fn engine_state(running: bool, shutdown: bool) -> Result<(), ApiError> {
+    if shutdown {
+        Err(ApiError::unavailable("the server is shutting down"))
+    } else if !running {
+        Err(ApiError::engine_stopped())
+    } else {
+        Ok(())
     }
 }
 
@@ -219,6 +251,10 @@ struct Generation {
     model: Arc<LlamaModel>,
     rx: UnboundedReceiver<Event>,
     cancel: Arc<AtomicBool>,
+    /// The engine's flags ([`App::running`], [`App::shutdown`]): why a
+    /// channel closed.
+    running: Arc<AtomicBool>,
+    shutdown: Arc<AtomicBool>,
     text: TextStream,
     cutter: StopCutter,
     prompt_tokens: usize,
@@ -240,6 +276,8 @@ impl Generation {
             model: Arc::clone(&app.model),
             rx,
             cancel,
+            running: Arc::clone(&app.running),
+            shutdown: Arc::clone(&app.shutdown),
             text: TextStream::new(),
             cutter: StopCutter::new(c.stop.clone()),
             prompt_tokens,
@@ -260,7 +298,17 @@ impl Generation {
                 Some(Event::Tokens(tokens)) => self.push(&tokens),
                 Some(Event::Done(summary)) => self.finish(&summary),
                 Some(Event::Failed(message)) => return Err(ApiError::internal(message)),
-                None => return Err(ApiError::unavailable("the server is shutting down")),
+                // The engine ends a request's channel only after its end.
+                None => {
+                    let (running, shutdown) = (&self.running, &self.shutdown);
+                    let state = engine_state(
+                        running.load(Ordering::Relaxed),
+                        shutdown.load(Ordering::Relaxed),
+                    );
+                    return Err(state
+                        .err()
+                        .unwrap_or_else(|| ApiError::internal("the engine dropped the request")));
+                }
             };
             if !text.is_empty() {
                 return Ok(Piece::Text(text));
@@ -454,6 +502,32 @@ mod tests {
         assert_eq!(scope_of(&h, Some("alice")), "alice");
         h.insert(SCOPE_HEADER, "tenant-a".parse().unwrap());
         assert_eq!(scope_of(&h, Some("alice")), "tenant-a");
+    }
+
+    #[test]
+    fn the_engine_state_answers() {
+        let cases = [
+            // running, shutdown, status (None: takes requests), Retry-After
+            (true, false, None, false),
+            (false, false, Some(StatusCode::INTERNAL_SERVER_ERROR), false),
+            (true, true, Some(StatusCode::SERVICE_UNAVAILABLE), true),
+            (false, true, Some(StatusCode::SERVICE_UNAVAILABLE), true),
+        ];
+        for (running, shutdown, status, retry) in cases {
+            let got = engine_state(running, shutdown).err();
+            assert_eq!(
+                got.as_ref().map(|e| e.status),
+                status,
+                "{running} {shutdown}"
+            );
+            if let Some(e) = got {
+                let response = e.into_response();
+                let has_retry = response.headers().contains_key(header::RETRY_AFTER);
+                assert_eq!(has_retry, retry, "{running} {shutdown}");
+            }
+        }
+        let stopped = engine_state(false, false).unwrap_err();
+        assert_eq!(stopped.code, Some("engine_stopped"));
     }
 
     #[test]

@@ -110,6 +110,7 @@ fn run(args: &Args) -> Result<(), StartError> {
     };
     let metrics = Arc::new(Metrics::default());
     let shutdown = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicBool::new(false));
     let (jobs_tx, jobs) = std::sync::mpsc::sync_channel(args.queue);
     let settings = engine::Settings {
         slots: args.parallel,
@@ -120,14 +121,17 @@ fn run(args: &Args) -> Result<(), StartError> {
     };
     let engine = engine::spawn(
         settings,
-        engine::Parts {
+        engine::Weights {
             model: Arc::clone(&model),
             backend,
+        },
+        engine::Parts {
             shared: shared.clone(),
             config,
             jobs,
             metrics: Arc::clone(&metrics),
             shutdown: Arc::clone(&shutdown),
+            running: Arc::clone(&running),
         },
     )?;
     let app = Arc::new(http::App {
@@ -139,6 +143,7 @@ fn run(args: &Args) -> Result<(), StartError> {
         jobs: jobs_tx,
         metrics,
         shutdown: Arc::clone(&shutdown),
+        running,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
