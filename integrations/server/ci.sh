@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # selfspec-server's checks: format, clippy, unit tests, then the built
-# server against the real `openai` client (tests/client.py), a SIGTERM
-# during decoding and a restart from the saved memory file.
+# server against the real `openai` client (tests/client.py; its greedy
+# replies against the selfspec-llama-cpp command's), a SIGTERM during
+# decoding and a restart from the saved memory file.
 #
 # usage: bash integrations/server/ci.sh      (from anywhere)
 # Needs: cargo, python3 with venv and pip, network for pip (openai,
@@ -24,8 +25,9 @@ cargo clippy --release --all-targets --locked -p selfspec-server -- -D warnings
 step "unit tests"
 cargo test --release --locked -p selfspec-server
 step "build"
-cargo build --release --locked -p selfspec-server
+cargo build --release --locked -p selfspec-server -p selfspec-llama-cpp-engine
 server=../llama-cpp/target/release/selfspec-server
+command=../llama-cpp/target/release/selfspec-llama-cpp
 
 step "python venv"
 venv=target/venv
@@ -75,9 +77,19 @@ start_server() {
     exit 1
 }
 
+step "the selfspec-llama-cpp command's greedy replies (for the temperature-0 check)"
+chat=../data/sample-chat.text.jsonl
+code=../data/sample-code.text.jsonl
+max_tokens=48
+"$command" --gguf "$SELFSPEC_MODEL" --conversations "$chat:2" "$code:1" --max-tokens "$max_tokens" \
+    --parallel 1 --threads 2 --record "$tmp/replies.jsonl" >"$tmp/command.out"
+bound=$(sed -n 's/^near-tie bound: \([0-9.]*\) .*/\1/p' "$tmp/command.out")
+[ -n "$bound" ] || { cat "$tmp/command.out"; echo "ci: the command printed no near-tie bound" >&2; exit 1; }
+echo "near-tie bound measured by the command: $bound"
+
 step "server + tests/client.py"
 start_server --parallel 4
-"$py" tests/client.py "$url"
+"$py" tests/client.py "$url" "$tmp/replies.jsonl" "$chat,$code" "$bound" "$max_tokens"
 
 step "SIGTERM during decoding"
 curl -sN "$url/v1/chat/completions" -H 'Content-Type: application/json' \

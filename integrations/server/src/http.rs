@@ -1,5 +1,5 @@
 //! The HTTP API (axum): chat completions, streamed or not, the model list,
-//! health and metrics. Handlers apply the chat template, tokenize, and
+//! the token endpoints ([`tokens`]), health and metrics. Handlers apply the chat template, tokenize, and
 //! hand the request to the engine thread; they turn its tokens into text
 //! (cut at stop strings) as they arrive.
 
@@ -26,6 +26,7 @@ use crate::engine::{Event, Job, Summary};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::stop::StopCutter;
+use crate::tokens;
 
 /// The header that names a request's speculation scope.
 pub const SCOPE_HEADER: &str = "x-selfspec-scope";
@@ -59,6 +60,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .with_state(app)

@@ -15,6 +15,7 @@ mod error;
 mod http;
 mod metrics;
 mod stop;
+mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,6 +1,14 @@
 """End-to-end checks of selfspec-server with the real `openai` client.
 
-usage: python3 tests/client.py BASE_URL      (e.g. http://127.0.0.1:8080)
+usage: python3 tests/client.py BASE_URL [RECORD CONVERSATIONS NEAR_TIE MAX_TOKENS]
+
+BASE_URL: e.g. http://127.0.0.1:8080. With RECORD (the plain replies of
+the `selfspec-llama-cpp` command, `--record`), CONVERSATIONS (the text
+conversations it decoded: files joined by commas), NEAR_TIE (the near-tie bound it measured) and
+MAX_TOKENS (its --max-tokens),
+the server's temperature-0 replies to the same turns are checked against
+the command's: equal, or different first where the command's top-1 /
+top-2 margin was under the bound (counted and printed).
 
 Plain asserts: exits non-zero on the first failure. Needs `openai` and
 `requests` (ci.sh installs them in a venv).
@@ -197,6 +205,89 @@ def disconnect():
     print("disconnect ok")
 
 
+def post(path, body):
+    r = requests.post(BASE + path, json=body, timeout=60)
+    return r.status_code, r.json()
+
+
+def token_endpoints():
+    text = "Hello, world: <|im_start|>user"
+    code, got = post("/tokenize", {"content": text})
+    assert code == 200, (code, got)
+    tokens = got["tokens"]
+    assert tokens and all(isinstance(t, int) for t in tokens), got
+    code, back = post("/detokenize", {"tokens": tokens})
+    # <|im_start|> is parsed as the special token, which has no text.
+    assert code == 200 and back["content"] == "Hello, world: user", (code, back)
+    for bad in ([-1], [10**9], "x", [1.5]):
+        code, err = post("/detokenize", {"tokens": bad})
+        assert code == 400 and err["error"]["type"] == "invalid_request_error", (bad, code, err)
+    print("tokenize / detokenize ok:", len(tokens), "tokens")
+
+
+def detokenize(tokens):
+    code, got = post("/detokenize", {"tokens": tokens})
+    assert code == 200, (code, got)
+    return got["content"]
+
+
+def first_difference(output, text):
+    """The index of the first token of `output` whose text leaves `text`
+    (each prefix's text checked), or None when all of them stay in it."""
+    for k in range(len(output)):
+        if not text.startswith(detokenize(output[: k + 1])):
+            return k
+    return None
+
+
+def command_equivalence(record_path, conversations_path, bound, max_tokens):
+    """The server's greedy replies (speculation on) to the recorded turns,
+    their earlier replies the command's, against the command's replies."""
+    conversations = {}
+    for path in conversations_path.split(","):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    c = json.loads(line)
+                    conversations[c["id"]] = c["turns"]
+    turns = identical = near_ties = 0
+    with open(record_path) as f:
+        sessions = [json.loads(line) for line in f if line.strip()]
+    assert sessions, "the record is empty"
+    for session in sessions:
+        messages = []
+        for t, request in enumerate(session["requests"]):
+            output, margins = request["output"], request["margins"]
+            assert len(margins) == len(output), session["id"]
+            messages.append({"role": "user", "content": conversations[session["id"]][t]})
+            want = detokenize(output)
+            r = client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0
+            )
+            got = r.choices[0].message.content
+            assert r.usage.prompt_tokens == len(request["prompt"]), (
+                session["id"], t, r.usage.prompt_tokens, len(request["prompt"]))
+            turns += 1
+            if got == want:
+                identical += 1
+            else:
+                k = first_difference(output, got)
+                if k is None:
+                    # Every token's text is in the server's: the server went
+                    # on where the command stopped (at its stop token) or
+                    # the other way round.
+                    k = len(output) - 1
+                where = f"{session['id']} turn {t} token {k}"
+                assert margins[k] <= bound, (
+                    f"{where}: differs where the margin was {margins[k]:.4f}, over the near-tie bound {bound:.4f}",
+                    want, got)
+                near_ties += 1
+                print(f"  near tie: {where}, margin {margins[k]:.4f} <= {bound:.4f}")
+            messages.append({"role": "assistant", "content": want})
+    print(f"temperature 0 == the command's replies ok: {turns} turns, {identical} identical, "
+          f"{near_ties} different first at a near tie")
+
+
 def endpoints():
     r = requests.get(BASE + "/health", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ok"
@@ -219,5 +310,10 @@ if __name__ == "__main__":
     greedy_equivalence()
     bad_inputs()
     disconnect()
+    token_endpoints()
+    if len(sys.argv) == 6:
+        command_equivalence(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
+    else:
+        assert len(sys.argv) == 2, __doc__
     endpoints()
     print("client.py: all checks passed")

@@ -17,6 +17,10 @@ use crate::Error;
 struct Request<'a> {
     prompt: &'a [u32],
     output: &'a [u32],
+    /// Each output token's top-1 / top-2 logit margin (greedy decoding):
+    /// where another engine's reply may differ at a near tie. The replay
+    /// tools ignore it.
+    margins: &'a [f32],
 }
 
 /// One recorded session.
@@ -30,7 +34,7 @@ struct Session<'a> {
 
 /// Conversation `c` of `pass` (`conversation` itself) as one workload line:
 /// `{"id", "kind", "tokenizer", "requests": [{"prompt": [..], "output":
-/// [..]}]}`, its turns in order up to the first one not decoded (a skipped
+/// [..], "margins": [..]}]}`, its turns in order up to the first one not decoded (a skipped
 /// turn ends the conversation); `None` when not even its first turn was.
 /// Each output is the reply's tokens, its stop token included when it
 /// reached one.
@@ -53,6 +57,7 @@ pub fn session_line(
             reply.as_ref().map(|r| Request {
                 prompt,
                 output: &r.tokens,
+                margins: &r.margins,
             })
         })
         .collect();
@@ -100,7 +105,7 @@ mod tests {
     fn reply(tokens: &[u32]) -> Option<Reply> {
         Some(Reply {
             tokens: tokens.to_vec(),
-            margins: vec![1.0; tokens.len()],
+            margins: (1..=tokens.len()).map(|i| i as f32 / 4.0).collect(),
             prefill_passes: 1,
             decode_passes: tokens.len().saturating_sub(1),
             drafted: 0,
@@ -146,6 +151,8 @@ mod tests {
         assert_eq!(requests[0]["output"], serde_json::json!([5, 6, 2]));
         assert_eq!(requests[1]["prompt"], serde_json::json!([1, 4, 5, 6, 2, 7]));
         assert_eq!(requests[1]["output"], serde_json::json!([8, 2]));
+        assert_eq!(requests[0]["margins"], serde_json::json!([0.25, 0.5, 0.75]));
+        assert_eq!(requests[1]["margins"], serde_json::json!([0.25, 0.5]));
         assert!(!line.contains('\n'));
         assert_eq!(
             session_line(&conversation(1), &pass, 1, "smollm2").unwrap(),
