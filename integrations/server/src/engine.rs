@@ -319,15 +319,15 @@ impl Engine {
         (0..self.slots.len())
             .map(SeqId::new)
             .filter(|&s| !self.stepper.is_busy(s))
-            .max_by_key(|&s| {
-                let common = self
-                    .stepper
-                    .cached(s)
-                    .iter()
-                    .zip(prompt)
-                    .take_while(|(a, b)| a == b);
-                (common.count(), std::cmp::Reverse(s.index()))
-            })
+            .max_by_key(|&s| (self.reused(s, prompt), std::cmp::Reverse(s.index())))
+    }
+
+    /// The tokens of `prompt` that `seq`'s cache holds (its start), as
+    /// the stepper reuses them: all but the prompt's last token at most.
+    fn reused(&self, seq: SeqId, prompt: &[u32]) -> usize {
+        let cached = self.stepper.cached(seq);
+        let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b);
+        common.count().min(prompt.len().saturating_sub(1))
     }
 
     fn start(&mut self, job: Job) {
@@ -335,6 +335,7 @@ impl Engine {
             let _ = job.events.send(Event::Failed("no free slot".into()));
             return;
         };
+        let reused = self.reused(seq, &job.prompt);
         let spec = if job.speculative {
             let scope = self.parts.shared.scope(&job.scope);
             match Speculative::with_shared(&self.parts.config, &scope) {
@@ -354,6 +355,8 @@ impl Engine {
         let m = &self.parts.metrics;
         m.prompt_tokens
             .fetch_add(wide(job.prompt.len()), Ordering::Relaxed);
+        m.prompt_tokens_cached
+            .fetch_add(wide(reused), Ordering::Relaxed);
         m.slots_busy.fetch_add(1, Ordering::Relaxed);
         self.slots[seq.index()] = Some(Active {
             events: job.events,

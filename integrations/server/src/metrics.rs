@@ -17,6 +17,8 @@ pub struct Metrics {
     pub rejected: AtomicU64,
     /// Prompt tokens of started requests.
     pub prompt_tokens: AtomicU64,
+    /// Of those, the ones reused from their slot's cache (not evaluated).
+    pub prompt_tokens_cached: AtomicU64,
     /// Tokens generated.
     pub generated_tokens: AtomicU64,
     /// Forward passes (engine steps that ran one).
@@ -97,6 +99,7 @@ impl Metrics {
             "selfspec_requests_invalid_total" => one(&self.invalid),
             "selfspec_requests_rejected_total" => one(&self.rejected),
             "selfspec_prompt_tokens_total" => one(&self.prompt_tokens),
+            "selfspec_prompt_tokens_cached_total" => one(&self.prompt_tokens_cached),
             "selfspec_generated_tokens_total" => one(&self.generated_tokens),
             "selfspec_forward_passes_total" => one(&self.forward_passes),
             "selfspec_drafted_tokens_total" => drafts(false),
@@ -115,7 +118,7 @@ impl Metrics {
 }
 
 /// Every metric: name, type, help.
-const FAMILIES: [(&str, &str, &str); 14] = [
+const FAMILIES: [(&str, &str, &str); 15] = [
     ("selfspec_requests_total", "counter", "Chat completions that ended."),
     (
         "selfspec_requests_finished_total",
@@ -129,6 +132,11 @@ const FAMILIES: [(&str, &str, &str); 14] = [
         "Requests answered 503 (queue full or shutting down).",
     ),
     ("selfspec_prompt_tokens_total", "counter", "Prompt tokens of started requests."),
+    (
+        "selfspec_prompt_tokens_cached_total",
+        "counter",
+        "Prompt tokens of started requests reused from their slot's cache (not evaluated).",
+    ),
     ("selfspec_generated_tokens_total", "counter", "Tokens generated."),
     ("selfspec_forward_passes_total", "counter", "Batched forward passes."),
     (
