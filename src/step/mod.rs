@@ -395,6 +395,40 @@ impl Stepper {
         }
     }
 
+    /// Records that idle `seq`'s cache now holds exactly `tokens` at
+    /// positions `0..`: the engine replaced it outside the stepper (a
+    /// prompt cache restoring a saved state, such as llama.cpp's
+    /// `llama_state_seq_set_data`). The next [`start`](Stepper::start) on
+    /// `seq` reuses its longest common prefix with the prompt, as after a
+    /// request. A change the target's cache did not make leaves the two
+    /// apart: the target then refuses the next rows, or computes them on
+    /// other tokens.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sequence`] for a sequence that does not exist or is busy,
+    /// [`Error::PromptTooLong`] for `tokens` the context cannot hold,
+    /// [`Error::TokenOutOfRange`] for a token outside the vocabulary.
+    pub fn set_cached(&mut self, seq: SeqId, tokens: &[Token]) -> Result<(), Error> {
+        self.check(seq, true)?;
+        if tokens.len() >= self.shape.context {
+            return Err(Error::PromptTooLong {
+                tokens: tokens.len(),
+                context: self.shape.context,
+            });
+        }
+        let vocab = self.shape.vocab;
+        if let Some(&token) = tokens.iter().find(|&&t| crate::int::ix32(t) >= vocab) {
+            return Err(Error::TokenOutOfRange { token, vocab });
+        }
+        let s = &mut self.seqs[seq.index()];
+        s.tokens.clear();
+        s.tokens.extend_from_slice(tokens);
+        s.cached = tokens.len();
+        s.cut_to = None;
+        Ok(())
+    }
+
     /// The last step's forward pass: its rows, sequences and duration
     /// (`None` when the last step ran none: nothing to decode, or a pass
     /// that failed).

@@ -309,6 +309,60 @@ fn a_next_turn_reuses_the_cached_prefix() {
 }
 
 #[test]
+fn a_cache_restored_into_another_sequence_is_reused() {
+    let mut target = Mock::new(2, 512, VOCAB, 64);
+    let mut stepper = Stepper::new(&target).unwrap();
+    let first = prompt(5);
+    stepper
+        .start(SeqId::new(0), &first, Decode::greedy(40), None)
+        .unwrap();
+    let done = drain(&mut stepper, &mut target);
+    // The engine saves sequence 0's cache, and sequence 0 serves another
+    // prompt.
+    let saved = target.caches[0].clone();
+    stepper
+        .start(SeqId::new(0), &prompt(9), Decode::greedy(8), None)
+        .unwrap();
+    drain(&mut stepper, &mut target);
+    // It restores the saved cache into sequence 1 and says so.
+    target.caches[1] = saved.clone();
+    stepper.set_cached(SeqId::new(1), &saved).unwrap();
+    assert_eq!(stepper.cached(SeqId::new(1)), &saved[..]);
+    let mut second = first.clone();
+    second.extend_from_slice(&done[0].reply.tokens);
+    second.extend_from_slice(&[1, 2, 3]);
+    let before = target.rows_evaluated;
+    stepper
+        .start(SeqId::new(1), &second, Decode::greedy(40), None)
+        .unwrap();
+    stepper.step(&mut target).unwrap();
+    // The prompt's part the saved cache did not hold only.
+    assert_eq!(target.rows_evaluated - before, second.len() - saved.len());
+    let done = drain(&mut stepper, &mut target);
+    assert_eq!(done[0].reply.tokens, plain_greedy(&second, 40, VOCAB));
+}
+
+#[test]
+fn set_cached_refuses_what_no_cache_can_hold() {
+    let target = Mock::new(2, 64, VOCAB, 16);
+    let mut stepper = Stepper::new(&target).unwrap();
+    stepper
+        .start(SeqId::new(0), &prompt(1), Decode::greedy(4), None)
+        .unwrap();
+    let cases: [(usize, Vec<u32>, &str); 4] = [
+        (0, vec![1, 2], "is busy"),
+        (2, vec![1, 2], "does not exist"),
+        (1, vec![1; 64], "the context holds 64"),
+        (1, vec![1, VOCAB as u32], "outside"),
+    ];
+    for (seq, tokens, message) in cases {
+        let e = stepper.set_cached(SeqId::new(seq), &tokens).unwrap_err();
+        assert!(e.to_string().contains(message), "{seq}: {e}");
+    }
+    assert!(stepper.cached(SeqId::new(1)).is_empty());
+}
+
+#[test]
 fn a_target_without_logits_cannot_sample() {
     struct GreedyOnly(Mock);
     impl Target for GreedyOnly {

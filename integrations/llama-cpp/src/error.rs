@@ -83,6 +83,9 @@ pub enum Error {
         /// First position to remove.
         from: usize,
     },
+    /// llama.cpp could not save or restore a sequence's state.
+    #[error("llama.cpp's sequence state: {0}")]
+    State(String),
     /// selfspec rejected a configuration, a request or a row it could not
     /// verify.
     #[error(transparent)]

@@ -62,11 +62,13 @@
 
 mod error;
 mod options;
+mod saved;
 mod target;
 mod text;
 
 pub use error::Error;
 pub use options::Options;
+pub use saved::SavedSeq;
 pub use target::LlamaTarget;
 pub use text::TextStream;
 

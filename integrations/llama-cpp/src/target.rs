@@ -278,6 +278,34 @@ impl<'m, C: BorrowMut<LlamaContext<'m>>> LlamaTarget<'m, C> {
         Ok(())
     }
 
+    /// The llama.cpp id of `seq`, or [`Error::Sequence`].
+    pub(crate) fn checked_id(&self, seq: SeqId) -> Result<i32, Error> {
+        let sequences = self.cached.len();
+        self.seq_id(seq).ok_or(Error::Sequence {
+            seq: seq.index(),
+            sequences,
+        })
+    }
+
+    /// Positions one sequence holds.
+    pub(crate) fn shape_context(&self) -> usize {
+        self.context
+    }
+
+    /// The context, to change a sequence's cache (then
+    /// [`set_cached`](Self::set_cached)).
+    pub(crate) fn context_mut(&mut self) -> &mut LlamaContext<'m> {
+        self.ctx.borrow_mut()
+    }
+
+    /// Records that `seq`'s cache holds `tokens` (after a restore).
+    pub(crate) fn set_cached(&mut self, seq: SeqId, tokens: &[u32]) {
+        if let Some(c) = self.cached.get_mut(seq.index()) {
+            c.clear();
+            c.extend_from_slice(tokens);
+        }
+    }
+
     fn ctx_ref(&self) -> &LlamaContext<'m> {
         // `BorrowMut` implies `Borrow`.
         std::borrow::Borrow::borrow(&self.ctx)

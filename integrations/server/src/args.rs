@@ -22,6 +22,10 @@ selfspec's self-speculative drafts and continuous batching.
                       with one every slot attends over all slots' cells)
   --queue N           requests waiting for a slot at most (default 64);
                       beyond, 503 with Retry-After: 1
+  --cache-ram MIB     host memory for the prompt cache: a slot's cache is
+                      saved there before the slot takes another prompt, and
+                      restored for a prompt of the same scope that starts
+                      with it (default 2048; 0: off)
   --memory PATH       the engine-wide memory file: loaded at start if it
                       exists, saved every --save-every seconds and at exit
   --save-every SECS   seconds between saves (default 300; 0: at exit only)
@@ -46,6 +50,8 @@ pub struct Args {
     pub kv_unified: bool,
     /// Requests waiting at most.
     pub queue: usize,
+    /// The prompt cache's host memory, in MiB.
+    pub cache_ram_mib: usize,
     /// The memory file.
     pub memory: Option<PathBuf>,
     /// Seconds between saves (0: at exit only).
@@ -63,6 +69,7 @@ impl Default for Args {
             context: 4096,
             kv_unified: false,
             queue: 64,
+            cache_ram_mib: 2048,
             memory: None,
             save_every: 300,
         }
@@ -121,6 +128,7 @@ where
             Long("threads") => a.threads = number(&mut p, "--threads")?,
             Long("context") => a.context = number(&mut p, "--context")?,
             Long("queue") => a.queue = number(&mut p, "--queue")?,
+            Long("cache-ram") => a.cache_ram_mib = number(&mut p, "--cache-ram")?,
             Long("kv-unified") => {
                 a.kv_unified = match p.value()?.string()?.as_str() {
                     "on" => true,
@@ -145,6 +153,12 @@ where
         a.parallel,
         (1..=64).contains(&a.parallel),
         "from 1 to 64",
+    )?;
+    check(
+        "--cache-ram",
+        a.cache_ram_mib,
+        a.cache_ram_mib <= 1 << 20,
+        "from 0 to 1048576 MiB",
     )?;
     check(
         "--threads",
@@ -211,6 +225,11 @@ mod tests {
             (a.parallel, a.port, a.context, a.queue, a.save_every),
             (4, 8080, 4096, 64, 300)
         );
+        assert_eq!(a.cache_ram_mib, 2048);
+        assert_eq!(
+            parse_line("--cache-ram 0").unwrap().unwrap().cache_ram_mib,
+            0
+        );
         assert_eq!(a.host, "127.0.0.1");
         let a = parse_line(
             "--gguf m.gguf --parallel 2 --host 0.0.0.0 --port 0 --threads 3 --context 512 --queue 5 --memory x.bin --save-every 9",
@@ -244,6 +263,8 @@ mod tests {
             "--port 70000",
             "--parallel 0",
             "--context 8",
+            "--cache-ram 2000000",
+            "--cache-ram -1",
             "stray",
         ] {
             let e = parse_line(bad).expect_err(bad).to_string();

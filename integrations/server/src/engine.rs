@@ -20,6 +20,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::StartError;
 use crate::metrics::Metrics;
+use crate::slots::{Placement, Restore, Slots};
 
 /// How long an idle engine waits for a request before it looks at the
 /// shutdown flag again.
@@ -84,6 +85,8 @@ pub struct Settings {
     pub step_rows: usize,
     /// One KV cache buffer for all slots (llama.cpp's `kv_unified`).
     pub kv_unified: bool,
+    /// Host memory the prompt cache holds at most.
+    pub prompt_cache_bytes: usize,
 }
 
 /// The model the engine thread makes its context of.
@@ -147,7 +150,8 @@ pub fn spawn(
             let made = make_target(&weights.model, weights.backend, settings);
             match made {
                 Ok((target, stepper)) => {
-                    let engine = Engine::new(stepper, parts, settings.slots);
+                    let engine =
+                        Engine::new(stepper, parts, settings.slots, settings.prompt_cache_bytes);
                     // Set before the server answers /health; cleared
                     // however the thread ends.
                     let _running = Running::set(&engine.parts.running);
@@ -227,16 +231,19 @@ struct Active {
 struct Engine {
     stepper: Stepper,
     slots: Vec<Option<Active>>,
+    /// Which slot a request takes; the prompt cache.
+    slots_state: Slots,
     /// Each slot's tokens of the last step (reused).
     out: Vec<Vec<u32>>,
     parts: Parts,
 }
 
 impl Engine {
-    fn new(stepper: Stepper, parts: Parts, slots: usize) -> Engine {
+    fn new(stepper: Stepper, parts: Parts, slots: usize, cache_bytes: usize) -> Engine {
         Engine {
             stepper,
             slots: (0..slots).map(|_| None).collect(),
+            slots_state: Slots::new(slots, cache_bytes),
             out: vec![Vec::new(); slots],
             parts,
         }
@@ -244,14 +251,14 @@ impl Engine {
 
     /// Steps until shutdown (or until every handler is gone), then ends
     /// the live requests.
-    fn run<T: selfspec::step::Target>(mut self, mut target: T)
+    fn run<T: Restore>(mut self, mut target: T)
     where
         T::Error: std::fmt::Display,
     {
         let mut open = true;
         while open && !self.parts.shutdown.load(Ordering::Relaxed) {
             self.drop_gone();
-            open = self.admit();
+            open = self.admit(&mut target);
             if !self.stepper.is_running() {
                 continue;
             }
@@ -290,7 +297,7 @@ impl Engine {
 
     /// Starts waiting requests in free slots (waiting for one when nothing
     /// runs). Whether the channel is still open.
-    fn admit(&mut self) -> bool {
+    fn admit<T: Restore>(&mut self, target: &mut T) -> bool {
         while self.stepper.idle().is_some() {
             let job = if self.stepper.is_running() {
                 match self.parts.jobs.try_recv() {
@@ -307,35 +314,26 @@ impl Engine {
             };
             self.parts.metrics.queued.fetch_sub(1, Ordering::Relaxed);
             if !job.events.is_closed() && !job.cancel.load(Ordering::Relaxed) {
-                self.start(job);
+                self.start(job, target);
             }
         }
         true
     }
 
-    /// The idle slot whose cache holds the longest start of `prompt` (its
-    /// prefix is reused), else the first idle one.
-    fn pick_slot(&self, prompt: &[u32]) -> Option<SeqId> {
-        (0..self.slots.len())
-            .map(SeqId::new)
-            .filter(|&s| !self.stepper.is_busy(s))
-            .max_by_key(|&s| (self.reused(s, prompt), std::cmp::Reverse(s.index())))
-    }
-
-    /// The tokens of `prompt` that `seq`'s cache holds (its start), as
-    /// the stepper reuses them: all but the prompt's last token at most.
-    fn reused(&self, seq: SeqId, prompt: &[u32]) -> usize {
-        let cached = self.stepper.cached(seq);
-        let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b);
-        common.count().min(prompt.len().saturating_sub(1))
-    }
-
-    fn start(&mut self, job: Job) {
-        let Some(seq) = self.pick_slot(&job.prompt) else {
+    fn start<T: Restore>(&mut self, job: Job, target: &mut T) {
+        let m = &self.parts.metrics;
+        let placed = self
+            .slots_state
+            .place(&mut self.stepper, target, &job.prompt, &job.scope, m);
+        let Some(Placement {
+            seq,
+            reused,
+            restored,
+        }) = placed
+        else {
             let _ = job.events.send(Event::Failed("no free slot".into()));
             return;
         };
-        let reused = self.reused(seq, &job.prompt);
         let spec = if job.speculative {
             let scope = self.parts.shared.scope(&job.scope);
             match Speculative::with_shared(&self.parts.config, &scope) {
@@ -357,6 +355,9 @@ impl Engine {
             .fetch_add(wide(job.prompt.len()), Ordering::Relaxed);
         m.prompt_tokens_cached
             .fetch_add(wide(reused), Ordering::Relaxed);
+        if restored {
+            m.prompt_cache_restores.fetch_add(1, Ordering::Relaxed);
+        }
         m.slots_busy.fetch_add(1, Ordering::Relaxed);
         self.slots[seq.index()] = Some(Active {
             events: job.events,
@@ -464,6 +465,15 @@ mod tests {
         }
     }
 
+    impl Restore for Panics {
+        fn save(&mut self, _: SeqId) -> Option<selfspec_llama_cpp::SavedSeq> {
+            None
+        }
+        fn restore(&mut self, _: SeqId, _: &selfspec_llama_cpp::SavedSeq) -> bool {
+            false
+        }
+    }
+
     #[test]
     fn an_engine_thread_that_panics_clears_running_and_ends_its_requests() {
         let (jobs_tx, jobs) = std::sync::mpsc::sync_channel(4);
@@ -480,7 +490,7 @@ mod tests {
         let stepper = Stepper::new(&Panics).unwrap();
         let (ready_tx, ready) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::spawn(move || {
-            let engine = Engine::new(stepper, parts, 2);
+            let engine = Engine::new(stepper, parts, 2, 0);
             let _running = Running::set(&engine.parts.running);
             ready_tx.send(()).unwrap();
             engine.run(Panics);

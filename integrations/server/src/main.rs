@@ -14,6 +14,8 @@ mod engine;
 mod error;
 mod http;
 mod metrics;
+mod prompt_cache;
+mod slots;
 mod stop;
 mod tokens;
 
@@ -119,6 +121,7 @@ fn run(args: &Args) -> Result<(), StartError> {
         threads: args.threads,
         step_rows: STEP_ROWS.max(2 * args.parallel),
         kv_unified: args.kv_unified,
+        prompt_cache_bytes: args.cache_ram_mib.saturating_mul(1 << 20),
     };
     let engine = engine::spawn(
         settings,

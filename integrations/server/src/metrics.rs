@@ -33,6 +33,15 @@ pub struct Metrics {
     pub saves: AtomicU64,
     /// Memory file saves that failed.
     pub save_failures: AtomicU64,
+    /// Slot caches saved to the prompt cache.
+    pub prompt_cache_saves: AtomicU64,
+    /// Saved caches restored into a slot.
+    pub prompt_cache_restores: AtomicU64,
+    /// Saves and restores llama.cpp refused.
+    pub prompt_cache_failures: AtomicU64,
+    /// The prompt cache's bytes and entries now.
+    prompt_cache_bytes: AtomicU64,
+    prompt_cache_entries: AtomicU64,
 }
 
 impl Metrics {
@@ -40,6 +49,15 @@ impl Metrics {
     pub fn count_finished(&self, reason: &'static str) {
         let mut f = self.finished.lock().unwrap_or_else(PoisonError::into_inner);
         *f.entry(reason).or_default() += 1;
+    }
+
+    /// Records the prompt cache's size.
+    pub fn set_prompt_cache(&self, bytes: usize, entries: usize) {
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        self.prompt_cache_bytes
+            .store(wide(bytes), Ordering::Relaxed);
+        self.prompt_cache_entries
+            .store(wide(entries), Ordering::Relaxed);
     }
 
     /// Adds a request's drafted and accepted tokens for `strategy`.
@@ -112,13 +130,18 @@ impl Metrics {
             "selfspec_queue_length" => one(&self.queued),
             "selfspec_memory_saves_total" => one(&self.saves),
             "selfspec_memory_save_failures_total" => one(&self.save_failures),
+            "selfspec_prompt_cache_saves_total" => one(&self.prompt_cache_saves),
+            "selfspec_prompt_cache_restores_total" => one(&self.prompt_cache_restores),
+            "selfspec_prompt_cache_failures_total" => one(&self.prompt_cache_failures),
+            "selfspec_prompt_cache_bytes" => one(&self.prompt_cache_bytes),
+            "selfspec_prompt_cache_entries" => one(&self.prompt_cache_entries),
             _ => Vec::new(),
         }
     }
 }
 
 /// Every metric: name, type, help.
-const FAMILIES: [(&str, &str, &str); 15] = [
+const FAMILIES: [(&str, &str, &str); 20] = [
     ("selfspec_requests_total", "counter", "Chat completions that ended."),
     (
         "selfspec_requests_finished_total",
@@ -150,6 +173,23 @@ const FAMILIES: [(&str, &str, &str); 15] = [
     ("selfspec_queue_length", "gauge", "Requests waiting for a slot."),
     ("selfspec_memory_saves_total", "counter", "Memory file saves."),
     ("selfspec_memory_save_failures_total", "counter", "Memory file saves that failed."),
+    (
+        "selfspec_prompt_cache_saves_total",
+        "counter",
+        "Slot caches saved to the prompt cache before their slot took another prompt.",
+    ),
+    (
+        "selfspec_prompt_cache_restores_total",
+        "counter",
+        "Saved caches restored into a slot for a prompt that starts with them.",
+    ),
+    (
+        "selfspec_prompt_cache_failures_total",
+        "counter",
+        "Prompt cache saves and restores llama.cpp refused.",
+    ),
+    ("selfspec_prompt_cache_bytes", "gauge", "Host memory the prompt cache holds."),
+    ("selfspec_prompt_cache_entries", "gauge", "Saved caches the prompt cache holds."),
 ];
 
 /// A counter as Prometheus' float.

@@ -288,6 +288,47 @@ def command_equivalence(record_path, conversations_path, bound, max_tokens):
           f"{near_ties} different first at a near tie")
 
 
+def prompt_cache():
+    """A conversation's next turn restores what its first turn left after
+    every slot served other prompts; another scope's request with the same
+    messages reuses nothing of it."""
+    def scoped(scope, messages, max_tokens=32):
+        return client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
+            extra_headers={"X-Selfspec-Scope": scope},
+        )
+
+    def counts():
+        m = metrics()
+        return m["selfspec_prompt_tokens_cached_total"], m["selfspec_prompt_cache_restores_total"]
+
+    first = [{"role": "user", "content": "Explain, in a few sentences, how a bicycle's gears work, "
+              "why riders change them on hills, and what a derailleur does."}]
+    r1 = scoped("pc-a", first)
+    held = r1.usage.prompt_tokens + r1.usage.completion_tokens
+    # Eight prompts at once (the slots all busy): the slot that held the
+    # first turn takes one of them, its cache saved to the prompt cache.
+    threads = [threading.Thread(target=scoped, args=(
+        "pc-a", [{"role": "user", "content": f"Write a short poem about the number {i}."}], 24))
+        for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    second = first + [{"role": "assistant", "content": r1.choices[0].message.content},
+                      {"role": "user", "content": "And on a single-speed bicycle?"}]
+    cached0, restores0 = counts()
+    scoped("pc-a", second)
+    cached1, restores1 = counts()
+    assert restores1 == restores0 + 1, (restores0, restores1)
+    # Its reply's text re-tokenized may end differently: most of it.
+    assert cached1 - cached0 >= r1.usage.prompt_tokens, (cached1 - cached0, held)
+    scoped("pc-b", second)
+    cached2, restores2 = counts()
+    assert (cached2, restores2) == (cached1, restores1), "another scope reused the cache"
+    print(f"prompt cache ok: {int(cached1 - cached0)} of {held} tokens restored, none for another scope")
+
+
 def endpoints():
     r = requests.get(BASE + "/health", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ok"
@@ -311,6 +352,7 @@ if __name__ == "__main__":
     bad_inputs()
     disconnect()
     token_endpoints()
+    prompt_cache()
     if len(sys.argv) == 6:
         command_equivalence(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
     else:
