@@ -353,7 +353,7 @@ fn set_cached_refuses_what_no_cache_can_hold() {
         (0, vec![1, 2], "is busy"),
         (2, vec![1, 2], "does not exist"),
         (1, vec![1; 64], "the context holds 64"),
-        (1, vec![1, VOCAB as u32], "outside"),
+        (1, vec![1, u32::try_from(VOCAB).unwrap()], "outside"),
     ];
     for (seq, tokens, message) in cases {
         let e = stepper.set_cached(SeqId::new(seq), &tokens).unwrap_err();
