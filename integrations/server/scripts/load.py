@@ -3,11 +3,15 @@
 llama-server's /v1 endpoint): conversations from integrations/data/*.text.jsonl,
 Poisson arrivals, streamed replies.
 
-Each arrival (a Poisson process of --rate requests a second) sends the next
-turn of a conversation whose previous reply has come back, with the earlier
-turns and the model's own earlier replies in its messages (as the engine
-commands do); when none is ready, the next conversation of the files starts.
-Arrivals stop after --duration seconds; the requests in flight are waited for.
+Arrivals (a Poisson process of --rate requests a second) go in turn to
+--users clients; each client goes through its conversations (client k: the
+k-th of the files, interleaved, then every --users-th after it) a turn at a
+time, each turn's messages the earlier turns and the model's own replies
+(as the engine commands do). A client whose last reply has not come back
+sends when it does (latency and time to first token count from the send).
+So the requests are the same for every server at a rate and seed; only
+their replies differ. Arrivals stop after --duration seconds; the requests
+in flight are waited for.
 
 Prints one JSON line: requests, completed, errors, generated tokens a second
 (all replies' tokens over the wall time), time to first token and
@@ -15,6 +19,7 @@ per-request latency (p50, p99, milliseconds).
 
 usage: scripts/load.py --url http://127.0.0.1:8080 --rate 1 --duration 60
        [--max-tokens 256] [--temperature 0] [--data FILE ...] [--model NAME]
+       [--users 8] [--seed 0]
        [--extra '{"speculative": false}']
 
 Standard library only. Not run in CI (a benchmark: run it on a quiet machine).
@@ -45,6 +50,8 @@ def parse_args():
     p.add_argument("--model", default="default", help="the request's model field")
     p.add_argument("--data", nargs="*", help="*.text.jsonl files (default: integrations/data's)")
     p.add_argument("--seed", type=int, default=0, help="the arrivals' random seed")
+    p.add_argument("--users", type=int, default=8,
+                   help="clients the arrivals go to in turn, each one conversation at a time")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take")
     p.add_argument("--extra", default="{}",
                    help='JSON fields added to every request, e.g. \'{"speculative": false}\'')
@@ -52,49 +59,44 @@ def parse_args():
 
 
 def conversations(files):
-    """Every conversation's user turns, file by file."""
-    out = []
+    """Every conversation's user turns, the files interleaved (one of each
+    file in turn, a shorter file's from its start again), so that each
+    kind of conversation is in every stretch of the load."""
+    per_file = []
     for f in files:
         with open(f, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    turns = json.loads(line).get("turns") or []
-                    if turns:
-                        out.append(turns)
-    if not out:
+            turns = [json.loads(line).get("turns") or [] for line in fh if line.strip()]
+        turns = [t for t in turns if t]
+        if turns:
+            per_file.append(turns)
+    if not per_file:
         sys.exit("load.py: no conversations in " + ", ".join(files))
-    return out
+    longest = max(len(c) for c in per_file)
+    return [c[i % len(c)] for i in range(longest) for c in per_file]
 
 
-class Session:
-    """A conversation: its turns, the messages so far, the next turn."""
+class User:
+    """One of --users clients: conversation k, k + users, k + 2 users, ...
+    a turn at a time, each turn's messages the earlier turns and the
+    model's own replies. Its lock is held while a request of it is out."""
 
-    def __init__(self, turns):
-        self.turns, self.messages, self.next = turns, [], 0
-
-    def done(self):
-        return self.next >= len(self.turns)
-
-
-class Pool:
-    """Conversations ready for their next turn."""
-
-    def __init__(self, convs):
-        self.convs, self.opened, self.ready = convs, 0, []
+    def __init__(self, convs, k, users):
+        self.convs, self.conv, self.users = convs, k, users
+        self.turn, self.messages = 0, []
         self.lock = threading.Lock()
 
-    def take(self):
-        with self.lock:
-            if self.ready:
-                return self.ready.pop(0)
-            s = Session(self.convs[self.opened % len(self.convs)])
-            self.opened += 1
-            return s
+    def next_messages(self):
+        """The next request's messages (the next conversation's first turn
+        after a conversation's last)."""
+        turns = self.convs[self.conv % len(self.convs)]
+        if self.turn >= len(turns):
+            self.conv, self.turn, self.messages = self.conv + self.users, 0, []
+            turns = self.convs[self.conv % len(self.convs)]
+        return self.messages + [{"role": "user", "content": turns[self.turn]}]
 
-    def give_back(self, s):
-        if not s.done():
-            with self.lock:
-                self.ready.append(s)
+    def answered(self, messages, text):
+        self.messages = messages + [{"role": "assistant", "content": text}]
+        self.turn += 1
 
 
 def stream_request(url, body, timeout):
@@ -144,46 +146,49 @@ def pct(xs, q):
 
 def main():
     a = parse_args()
+    if a.users < 1 or a.rate <= 0:
+        sys.exit("load.py: --users must be at least 1 and --rate above 0")
     extra = json.loads(a.extra)
     files = a.data or sorted(glob.glob(os.path.join(DATA, "*.text.jsonl")))
-    pool = Pool(conversations(files))
+    convs = conversations(files)
+    users = [User(convs, k, a.users) for k in range(a.users)]
     rng = random.Random(a.seed)
     stats = {"ttft": [], "latency": [], "tokens": 0, "errors": 0, "sent": 0}
     lock = threading.Lock()
 
-    def one(session):
-        turn = session.turns[session.next]
-        messages = session.messages + [{"role": "user", "content": turn}]
-        body = {
-            "model": a.model,
-            "messages": messages,
-            "max_tokens": a.max_tokens,
-            "temperature": a.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        body.update(extra)
-        try:
-            ttft, latency, tokens, text = stream_request(a.url, body, a.timeout)
-        except Exception as e:  # noqa: BLE001 (counted, the conversation dropped)
-            print(f"load.py: {e}", file=sys.stderr)
+    def one(user):
+        # A user whose last reply has not come back sends when it does.
+        with user.lock:
+            messages = user.next_messages()
+            body = {
+                "model": a.model,
+                "messages": messages,
+                "max_tokens": a.max_tokens,
+                "temperature": a.temperature,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            body.update(extra)
+            try:
+                ttft, latency, tokens, text = stream_request(a.url, body, a.timeout)
+            except Exception as e:  # noqa: BLE001 (counted; the user goes on)
+                print(f"load.py: {e}", file=sys.stderr)
+                with lock:
+                    stats["errors"] += 1
+                user.answered(messages, "")
+                return
             with lock:
-                stats["errors"] += 1
-            return
-        with lock:
-            stats["ttft"].append(ttft)
-            stats["latency"].append(latency)
-            stats["tokens"] += tokens
-        session.messages = messages + [{"role": "assistant", "content": text}]
-        session.next += 1
-        pool.give_back(session)
+                stats["ttft"].append(ttft)
+                stats["latency"].append(latency)
+                stats["tokens"] += tokens
+            user.answered(messages, text)
 
     threads = []
     start = time.perf_counter()
     at = rng.expovariate(a.rate)
     while at < a.duration:
         time.sleep(max(0.0, start + at - time.perf_counter()))
-        t = threading.Thread(target=one, args=(pool.take(),), daemon=True)
+        t = threading.Thread(target=one, args=(users[stats["sent"] % a.users],), daemon=True)
         t.start()
         threads.append(t)
         stats["sent"] += 1

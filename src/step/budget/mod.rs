@@ -185,19 +185,26 @@ impl Budget {
                 .then(a.pos.cmp(&b.pos))
         });
         let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
+        let chunks = self.chunk_secs(split, base)?;
         let mut tokens = float(sequences);
-        let (mut best, mut rate) = ((0, 0), tokens / base);
+        let decoding = base - chunks;
+        let first = if decoding > 0.0 {
+            tokens / decoding
+        } else {
+            0.0
+        };
+        let (mut best, mut rate) = ((0, 0), first);
         for m in 0..self.candidates.len() {
             let c = self.candidates[m];
             tokens += c.q;
             self.plan[crate::int::ix32(c.seq)] += 1;
-            let t = self.plan_secs(split)?;
+            let t = self.plan_secs(split)? - chunks;
             if t > 0.0 && tokens / t > rate {
                 (best, rate) = ((m + 1, 0), tokens / t);
             }
         }
         if let Split::EqualRuns { .. } = split {
-            if let Some(level) = self.best_level(split, &mut rate)? {
+            if let Some(level) = self.best_level(split, chunks, &mut rate)? {
                 best = (0, level);
             }
         }
@@ -209,10 +216,29 @@ impl Budget {
         })
     }
 
+    /// What the joining sequences' prompt chunks add to the time `base` of
+    /// the pass without drafts. Drafts are weighed against a pass without
+    /// them: in a pass a chunk makes long, a draft row looks cheap beside
+    /// its time, but sent there it delays the joining request's first
+    /// token while paying no more than in a decoding pass.
+    fn chunk_secs(&mut self, split: Split, base: f64) -> Option<f64> {
+        self.plan.clear();
+        let decoding = self.slots.iter().map(|s| s.room.map_or(0, |_| s.base));
+        self.plan.extend(decoding);
+        let without = if self.plan.iter().any(|&r| r > 0) {
+            self.plan_secs(split)?
+        } else {
+            0.0
+        };
+        self.plan.clear();
+        self.plan.extend(self.slots.iter().map(|s| s.base));
+        Some((base - without).max(0.0))
+    }
+
     /// The draft length at which every decoding sequence (padded where its
-    /// draft is shorter) gives more than `rate` tokens per second, the
-    /// best such; `rate` becomes its rate.
-    fn best_level(&mut self, split: Split, rate: &mut f64) -> Option<Option<usize>> {
+    /// draft is shorter) gives more than `rate` tokens per second of the
+    /// pass's time less `chunks`, the best such; `rate` becomes its rate.
+    fn best_level(&mut self, split: Split, chunks: f64, rate: &mut f64) -> Option<Option<usize>> {
         let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
         let room = self.slots.iter().filter_map(|s| s.room).min().unwrap_or(0);
         let (mut tokens, mut best) = (float(sequences), None);
@@ -224,7 +250,7 @@ impl Budget {
                 .iter()
                 .map(|s| s.base + s.room.map_or(0, |_| level));
             self.plan.extend(plan);
-            let t = self.plan_secs(split)?;
+            let t = self.plan_secs(split)? - chunks;
             if t > 0.0 && tokens / t > *rate {
                 (best, *rate) = (Some(level), tokens / t);
             }
@@ -472,6 +498,30 @@ mod tests {
             drafts(&mut b, d);
             let c = b.choose(split).unwrap();
             assert_eq!((c.rows, c.level), (rows, level), "case {i}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn a_prompt_chunk_does_not_make_drafts_cheap() {
+        // Rows cost 2 ms beside a 10 ms pass: a drafted token pays at an
+        // acceptance of 1/6 beside one decoding row, at 1/38 beside a
+        // 32-row prompt chunk too if the chunk's time counted.
+        let cases: [(usize, &[f64], usize); 4] = [
+            (0, &[0.1], 0),
+            (32, &[0.1], 0),
+            (0, &[0.99, 0.99], 2),
+            (32, &[0.99, 0.99], 2),
+        ];
+        for (chunk, draft, rows) in cases {
+            let mut b = budget(10.0, 2.0);
+            drafts(&mut b, &[draft]);
+            b.slots.push(Slot {
+                base: chunk,
+                room: None,
+                fillable: false,
+            });
+            let c = b.choose(WHOLE).unwrap();
+            assert_eq!(c.rows, rows, "chunk {chunk}, draft {draft:?}: {c:?}");
         }
     }
 
