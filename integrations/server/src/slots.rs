@@ -32,11 +32,13 @@ impl<'m, C: BorrowMut<LlamaContext<'m>>> Restore for LlamaTarget<'m, C> {
     }
 }
 
-/// Tokens a save or a restore must spare evaluating to be made. Copying a
-/// sequence's state costs well under a millisecond per hundred tokens on
-/// the repository's model, evaluating 32 prompt tokens about a pass of
-/// decoding (BENCHMARKS.md, "The server under load"); shorter starts are
-/// cheaper to evaluate again than to keep.
+/// Tokens a save or a restore must spare evaluating to be made. Saving or
+/// restoring copies the sequence's cache (23 KB a token on the
+/// repository's model; milliseconds for a thousand tokens), while
+/// evaluating a prompt token again takes several milliseconds on a 2-core
+/// CPU (BENCHMARKS.md, "The server under load"): a few tokens would pay;
+/// 32 keeps one-line prompts' template tokens out of the cache. Not
+/// tuned: the load figures were measured at this value only.
 const MIN_SPARED: usize = 32;
 
 /// Where a request starts.
