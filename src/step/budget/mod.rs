@@ -222,6 +222,9 @@ impl Budget {
     /// its time, but sent there it delays the joining request's first
     /// token while paying no more than in a decoding pass.
     fn chunk_secs(&mut self, split: Split, base: f64) -> Option<f64> {
+        if !self.slots.iter().any(|s| s.room.is_none() && s.base > 0) {
+            return Some(0.0);
+        }
         self.plan.clear();
         let decoding = self.slots.iter().map(|s| s.room.map_or(0, |_| s.base));
         self.plan.extend(decoding);
