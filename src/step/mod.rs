@@ -267,16 +267,7 @@ impl Stepper {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        if prompt.len() >= self.shape.context {
-            return Err(Error::PromptTooLong {
-                tokens: prompt.len(),
-                context: self.shape.context,
-            });
-        }
-        let vocab = self.shape.vocab;
-        if let Some(&token) = prompt.iter().find(|&&t| crate::int::ix32(t) >= vocab) {
-            return Err(Error::TokenOutOfRange { token, vocab });
-        }
+        self.check_tokens(prompt)?;
         let s = &mut self.seqs[seq.index()];
         // Keep the cached common prefix, less at least the prompt's last
         // token (its row chooses the first reply token).
@@ -300,6 +291,22 @@ impl Stepper {
         let draft = std::mem::take(&mut s.spare);
         s.live = Some(Live::new(prompt.len(), decode, spec, draft));
         Ok(())
+    }
+
+    /// Whether a cache can hold `tokens`: fewer than the context, each in
+    /// the vocabulary.
+    fn check_tokens(&self, tokens: &[Token]) -> Result<(), Error> {
+        if tokens.len() >= self.shape.context {
+            return Err(Error::PromptTooLong {
+                tokens: tokens.len(),
+                context: self.shape.context,
+            });
+        }
+        let vocab = self.shape.vocab;
+        match tokens.iter().find(|&&t| crate::int::ix32(t) >= vocab) {
+            Some(&token) => Err(Error::TokenOutOfRange { token, vocab }),
+            None => Ok(()),
+        }
     }
 
     fn check(&self, seq: SeqId, want_idle: bool) -> Result<(), Error> {
@@ -411,16 +418,7 @@ impl Stepper {
     /// [`Error::TokenOutOfRange`] for a token outside the vocabulary.
     pub fn set_cached(&mut self, seq: SeqId, tokens: &[Token]) -> Result<(), Error> {
         self.check(seq, true)?;
-        if tokens.len() >= self.shape.context {
-            return Err(Error::PromptTooLong {
-                tokens: tokens.len(),
-                context: self.shape.context,
-            });
-        }
-        let vocab = self.shape.vocab;
-        if let Some(&token) = tokens.iter().find(|&&t| crate::int::ix32(t) >= vocab) {
-            return Err(Error::TokenOutOfRange { token, vocab });
-        }
+        self.check_tokens(tokens)?;
         let s = &mut self.seqs[seq.index()];
         s.tokens.clear();
         s.tokens.extend_from_slice(tokens);
