@@ -15,6 +15,7 @@ mod error;
 mod http;
 mod metrics;
 mod prompt_cache;
+mod reply;
 mod slots;
 mod stop;
 mod tokens;
