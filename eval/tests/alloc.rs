@@ -2,8 +2,10 @@
 //! `begin` / `draft` / `accept` while a workload is replayed a third time
 //! through the same instance (the first passes size every buffer), and
 //! `Stepper::step` (drafts, batch, verification, commit, rollback, the
-//! budget) while the fifth and sixth requests are decoded on the same
-//! stepper and drafter, greedy and sampled.
+//! budget) while the third to sixth requests are decoded on the same
+//! stepper and drafter, greedy and sampled (the first two size the
+//! drafter's own history; the budget's choices follow measured pass times,
+//! so which drafts are sent differs from run to run).
 
 #![allow(unsafe_code)] // a counting global allocator
 
@@ -255,8 +257,8 @@ fn a_warm_step_does_not_allocate() {
             spec = s;
         }
         assert!(spec.stats()[0].acc_tokens > 0, "drafts were accepted");
-        assert_eq!(
-            counts[2], 0,
+        assert!(
+            counts[2..].iter().all(|&n| n == 0),
             "{decode:?}, budget {budget}: allocations per request {counts:?}"
         );
     }

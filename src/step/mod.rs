@@ -92,6 +92,11 @@ use sequence::{Live, Sequence};
 /// The most sequences a stepper drives.
 pub const MAX_SEQUENCES: usize = 4096;
 
+/// Rows of a pass the step's buffers hold from the start (about 100 bytes
+/// a row): a stepper over a larger batch grows them at its first passes of
+/// more rows, which are prompt chunks, not drafts.
+const RESERVED_ROWS: usize = 1 << 14;
+
 /// An error of [`Stepper::step`]: the engine's, or selfspec's.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -180,10 +185,13 @@ impl Stepper {
                     ..Sequence::default()
                 })
                 .collect(),
-            batch: Batch::default(),
-            events: Vec::new(),
-            finished: Vec::new(),
-            work: verifying::Work::default(),
+            // Sized for the largest pass up front: how long a step's drafts
+            // are depends on what was accepted before, so a buffer grown
+            // on demand would allocate in a warm step.
+            batch: Batch::with_capacity(reserved_rows(shape)),
+            events: Vec::with_capacity(reserved_rows(shape)),
+            finished: Vec::with_capacity(shape.sequences),
+            work: verifying::Work::with_capacity(reserved_rows(shape), shape.vocab),
             last_pass: None,
             budget: None,
         })
@@ -223,7 +231,11 @@ impl Stepper {
     /// pass is timed plain.
     #[must_use]
     pub fn with_budget(mut self, times: PassTimes) -> Stepper {
-        self.budget = Some(budget::Budget::new(times));
+        self.budget = Some(budget::Budget::new(
+            times,
+            self.shape.sequences,
+            reserved_rows(self.shape),
+        ));
         self
     }
 
@@ -434,4 +446,9 @@ impl Stepper {
     pub fn last_pass(&self) -> Option<Pass> {
         self.last_pass
     }
+}
+
+/// Rows the step's buffers are made for: the batch, up to [`RESERVED_ROWS`].
+fn reserved_rows(shape: Shape) -> usize {
+    shape.batch.min(RESERVED_ROWS)
 }

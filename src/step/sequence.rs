@@ -78,6 +78,11 @@ impl Live {
         mut draft: Vec<Token>,
     ) -> Live {
         draft.clear();
+        // Room for the longest draft now, not at a step whose draft is the
+        // longest yet (which depends on what was accepted).
+        if let Some(spec) = &spec {
+            draft.reserve(spec.limits().max);
+        }
         let seed = match decode.sampling {
             Sampling::Greedy => 0,
             Sampling::Random(s) => s.seed,

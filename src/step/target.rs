@@ -85,6 +85,12 @@ impl Batch {
         self.rows.is_empty()
     }
 
+    pub(super) fn with_capacity(rows: usize) -> Batch {
+        Batch {
+            rows: Vec::with_capacity(rows),
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         self.rows.clear();
     }

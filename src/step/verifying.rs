@@ -49,6 +49,16 @@ impl<T: Target + ?Sized> Rows for Distributions<'_, T> {
 }
 
 impl Work {
+    /// Buffers for passes of up to `rows` rows over `vocab` tokens.
+    pub(super) fn with_capacity(rows: usize, vocab: usize) -> Work {
+        Work {
+            argmax: Vec::with_capacity(rows),
+            margins: Vec::with_capacity(rows),
+            probs: Vec::with_capacity(vocab),
+            order: Vec::with_capacity(vocab),
+        }
+    }
+
     /// The first reply token, from the prompt's last row.
     pub(super) fn first<T: Target + ?Sized>(
         &mut self,

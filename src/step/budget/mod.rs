@@ -98,22 +98,26 @@ pub(crate) struct Choice {
 }
 
 impl Budget {
-    pub(crate) fn new(times: PassTimes) -> Budget {
+    /// A budget for passes of up to `rows` rows over `sequences`
+    /// sequences, its buffers sized for them up front: how many drafts a
+    /// step weighs depends on what the engine accepted before, so a buffer
+    /// grown on demand would allocate in a warm step.
+    pub(crate) fn new(times: PassTimes, sequences: usize, rows: usize) -> Budget {
         Budget {
             times,
             split_times: SplitTimes::default(),
             acceptance: Acceptance::default(),
             calibration: Calibration::default(),
-            slots: Vec::new(),
-            candidates: Vec::new(),
-            probabilities: Vec::new(),
-            keep: Vec::new(),
-            fill: Vec::new(),
+            slots: Vec::with_capacity(sequences),
+            candidates: Vec::with_capacity(rows),
+            probabilities: Vec::with_capacity(rows),
+            keep: Vec::with_capacity(sequences),
+            fill: Vec::with_capacity(sequences),
             token_cost: 0.0,
-            level_gain: Vec::new(),
-            plan: Vec::new(),
-            left: Vec::new(),
-            parts: Vec::new(),
+            level_gain: Vec::with_capacity(rows),
+            plan: Vec::with_capacity(sequences),
+            left: Vec::with_capacity(sequences),
+            parts: Vec::with_capacity(rows),
         }
     }
 

@@ -16,7 +16,7 @@ fn budget(fixed: f64, per_row: f64) -> Budget {
     for rows in [1, 2, 4, 8, 16, 32, 64] {
         times.record(rows, ms(fixed + per_row * float(rows)));
     }
-    let mut b = Budget::new(times);
+    let mut b = Budget::new(times, 4, 64);
     for _ in 0..10 {
         for x in [
             [1.0, 1.0, 0.0],
@@ -113,7 +113,7 @@ fn a_dear_second_row_does_not_price_out_longer_drafts() {
     let mut times = PassTimes::new();
     times.record(1, ms(28.0));
     times.record(2, ms(53.0));
-    let mut b = Budget::new(times);
+    let mut b = Budget::new(times, 4, 64);
     drafts(&mut b, &[&[0.95; 8]]);
     let c = b.choose(WHOLE).unwrap();
     assert!(c.rows > 2, "{c:?}");
@@ -121,7 +121,7 @@ fn a_dear_second_row_does_not_price_out_longer_drafts() {
 
 #[test]
 fn nothing_measured_sends_no_draft() {
-    let mut b = Budget::new(PassTimes::new());
+    let mut b = Budget::new(PassTimes::new(), 4, 64);
     drafts(&mut b, &[&[0.9]]);
     assert_eq!(b.choose(WHOLE).map(|c| c.rows), Some(0));
 }

@@ -8,7 +8,7 @@ use super::calibrate::{m_bucket, Calibration, Cell};
 use super::chains::ORDERS;
 use super::learner::Selector;
 use super::score::Features;
-use super::sources::{CopyCandidate, Occurrence, Pos, Sources, LOCAL_WINDOW};
+use super::sources::{CopyCandidate, Occurrence, Pos, Sources, LOCAL_WINDOW, OCCURRENCES};
 
 /// Vote bonus of the occurrence nearest after the anchor (locality).
 /// Its sensitivity (replays at half and double, today's drafts):
@@ -145,6 +145,44 @@ struct Tally {
 }
 
 impl Work {
+    /// Empties the buffers and makes room for a draft of up to `max`
+    /// tokens: every buffer's bound is known before the draft starts, so
+    /// none grows inside it (how far a draft gets depends on what the
+    /// engine accepted, so growth there would allocate at any time).
+    pub(super) fn clear_for(&mut self, max: usize) {
+        self.clear();
+        // A draft stops at position `max` at the latest, where it searched.
+        let positions = max.saturating_add(1);
+        self.scratch.reserve(OCCURRENCES + 1);
+        self.scratch_m.reserve(OCCURRENCES + 1);
+        self.candidates
+            .reserve(positions.saturating_mul(CANDIDATES));
+        self.ranges.reserve(positions);
+        self.chosen.reserve(positions);
+        self.pending.reserve(positions);
+        self.sources.reserve(positions);
+        self.cell_probabilities.reserve(positions);
+        self.probabilities.reserve(positions);
+        self.tops.reserve(positions);
+    }
+
+    /// Bytes the buffers hold (about 0.6 KiB per token of `draft_max`).
+    pub(super) fn heap_bytes(&self) -> usize {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        bytes(&self.scratch)
+            + bytes(&self.scratch_m)
+            + bytes(&self.candidates)
+            + bytes(&self.ranges)
+            + bytes(&self.chosen)
+            + bytes(&self.pending)
+            + bytes(&self.sources)
+            + bytes(&self.cell_probabilities)
+            + bytes(&self.probabilities)
+            + bytes(&self.tops)
+    }
+
     pub(super) fn clear(&mut self) {
         self.candidates.clear();
         self.ranges.clear();

@@ -268,7 +268,7 @@ impl Drafter for Recall {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.session.heap_bytes()
+        self.session.heap_bytes() + self.work.heap_bytes()
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -336,7 +336,7 @@ impl Recall {
         draft: &mut Vec<Token>,
         top: usize,
     ) {
-        self.work.clear();
+        self.work.clear_for(limits.max);
         if self.learner.tick() && self.session.engine_wide() {
             self.learner.sync(self.session.memory(), false);
         }

@@ -15,7 +15,7 @@ use super::memory::{Span, View};
 /// Occurrences examined at the longest matching order.
 /// Its sensitivity (replays at half and double, today's drafts):
 /// BENCHMARKS.md, "Sensitivity of recall's tuned constants".
-const OCCURRENCES: usize = 8;
+pub(super) const OCCURRENCES: usize = 8;
 /// The engine-wide memory is asked at an order only when the session's own
 /// index has fewer occurrences than this there: a memory probe is a few
 /// cache misses, and the session's own evidence weighs four times more.
