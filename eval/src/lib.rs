@@ -40,7 +40,7 @@ mod workload;
 pub use engine::{replay_engine, Engine};
 pub use replay::{replay, replay_observed, Step};
 pub use report::{KindFigures, ReplayReport};
-pub use simulate::{simulate, CostCurve, Policy, Simulation};
+pub use simulate::{simulate, simulate_after, CostCurve, Policy, Simulation};
 pub use target::{Slot, Verified, STOP};
 pub use workload::{
     parse_workload, read_workload, Request, Session, WorkloadError, WorkloadProblem,

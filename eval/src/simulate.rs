@@ -83,6 +83,17 @@ struct Simulated<'a> {
     took: Duration,
 }
 
+impl<'a> Simulated<'a> {
+    fn new(b: usize, curve: &'a CostCurve) -> Simulated<'a> {
+        Simulated {
+            texts: vec![Text::default(); b],
+            rows: Vec::new(),
+            curve,
+            took: Duration::ZERO,
+        }
+    }
+}
+
 impl Target for Simulated<'_> {
     type Error = Infallible;
 
@@ -238,16 +249,61 @@ pub fn simulate(
         Policy::Plain => Config::recommended(),
     };
     let shared = Shared::new(&config)?;
-    let mut target = Simulated {
-        texts: vec![Text::default(); b],
-        rows: Vec::new(),
-        curve,
-        took: Duration::ZERO,
-    };
+    let mut target = Simulated::new(b, curve);
     let mut stepper = Stepper::new(&target)?.with_stop_tokens(&[STOP]);
     if let Policy::Budget(_) = policy {
         stepper = stepper.with_budget(PassTimes::new());
     }
+    decode(&mut stepper, &mut target, sessions, || {
+        Ok(match policy {
+            Policy::Plain => None,
+            _ => Some(Speculative::with_shared(&config, &shared)?),
+        })
+    })
+}
+
+/// Decodes `before`, then `sessions`, through one stepper with the draft
+/// budget and one `Shared` (each on a scope of its own), recall's
+/// `draft_max` at `draft_max`; returns what `sessions` gave. Against
+/// [`simulate`] of `sessions` alone with [`Policy::Budget`], what the
+/// budget learned on other traffic costs the traffic after it.
+///
+/// # Errors
+///
+/// As [`simulate`].
+pub fn simulate_after(
+    before: &[Session],
+    sessions: &[Session],
+    b: usize,
+    curve: &CostCurve,
+    draft_max: usize,
+) -> Result<Simulation, Error> {
+    let config = Config::recommended().with_draft_max(draft_max);
+    let shared = Shared::new(&config)?;
+    let mut target = Simulated::new(b, curve);
+    let mut stepper = Stepper::new(&target)?
+        .with_stop_tokens(&[STOP])
+        .with_budget(PassTimes::new());
+    let first = shared.scope("before");
+    decode(&mut stepper, &mut target, before, || {
+        Ok(Some(Speculative::with_shared(&config, &first)?))
+    })?;
+    let then = shared.scope("after");
+    decode(&mut stepper, &mut target, sessions, || {
+        Ok(Some(Speculative::with_shared(&config, &then)?))
+    })
+}
+
+/// Decodes `sessions` (each session's requests in order, sessions taken by
+/// free sequences in file order) on the stepper's sequences, each request
+/// drafting with what `spec` makes.
+fn decode<'a>(
+    stepper: &mut Stepper,
+    target: &mut Simulated<'a>,
+    sessions: &'a [Session],
+    mut spec: impl FnMut() -> Result<Option<Speculative>, Error>,
+) -> Result<Simulation, Error> {
+    let b = target.texts.len();
     let mut jobs = Jobs {
         sessions,
         next_session: 0,
@@ -260,17 +316,13 @@ pub fn simulate(
                 continue;
             }
             if let Some(request) = jobs.next(s) {
-                let spec = match policy {
-                    Policy::Plain => None,
-                    _ => Some(Speculative::with_shared(&config, &shared)?),
-                };
-                start(&mut stepper, &mut target, s, request, spec)?;
+                start(stepper, target, s, request, spec()?)?;
             }
         }
         if !stepper.is_running() {
             return Ok(sim);
         }
-        if let Err(selfspec::step::StepError::Selfspec(e)) = stepper.step(&mut target) {
+        if let Err(selfspec::step::StepError::Selfspec(e)) = stepper.step(target) {
             return Err(e);
         }
         sim.time += target.took;

@@ -7,7 +7,10 @@
 //! `draft_max` = the length) and of recall sized by the stepper's budget
 //! (`Stepper::with_budget`, `draft_max` 64, learning the simulated pass
 //! times as it goes),
-//! with the speed-ups over plain.
+//! with the speed-ups over plain. With `--after FILE`, the budget also
+//! decodes FILE's sessions first through the same stepper and `Shared`
+//! (each on a scope of its own): what the budget learned on that traffic,
+//! at the cost of the traffic after it.
 //!
 //! ```text
 //! cargo run --release --bin gpu_sim -- --curves h200-pass-cost.json --model llama-3.1-8b FILE.jsonl...
@@ -17,17 +20,18 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use selfspec_eval::cli::{self, Failure, Out, Result};
-use selfspec_eval::{simulate, CostCurve, Policy, Session};
+use selfspec_eval::{simulate, simulate_after, CostCurve, Policy, Session};
 
 const USAGE: &str =
-    "usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] FILE.jsonl...";
+    "usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] [--after FILE.jsonl] FILE.jsonl...";
 const HELP: &str = "gpu_sim: plain, fixed draft lengths and the draft budget on recorded outputs, passes charged from GPU pass-cost curves
 
-usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] FILE.jsonl...
+usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] [--after FILE.jsonl] FILE.jsonl...
   --curves FILE  pass-cost curves (JSON: rows of model, batch, cache, ms {k: ms})
   --model NAME   the curves' model (e.g. smollm2-135m, llama-3.1-8b)
   --cache L      the curves' cache length (default 1024)
   --batch B      sequences decoded at once (several allowed; default 1, 8, 32)
+  --after FILE   also the budget after FILE's sessions, through one stepper and Shared
   FILE.jsonl     recorded outputs (JSON Lines, docs/replay.md)
   -h, --help     this text
 ";
@@ -40,6 +44,7 @@ struct Args {
     model: String,
     cache: usize,
     batches: Vec<usize>,
+    after: Option<String>,
     files: Vec<String>,
 }
 
@@ -47,6 +52,7 @@ fn parse() -> Result<Args> {
     let mut p = cli::args();
     let (mut curves, mut model, mut cache, mut batches, mut files) =
         (None, None, 1024, Vec::new(), Vec::new());
+    let mut after = None;
     while let Some(arg) = p.next().map_err(|e| cli::bad_args(e, USAGE))? {
         match arg {
             lexopt::Arg::Long("help") | lexopt::Arg::Short('h') => return Err(Failure::Help(HELP)),
@@ -61,6 +67,7 @@ fn parse() -> Result<Args> {
                 1,
                 4096,
             )?),
+            lexopt::Arg::Long("after") => after = Some(cli::value(&mut p, USAGE)?),
             lexopt::Arg::Value(v) => files.push(cli::text(v)?),
             arg => return Err(cli::unexpected(&arg, USAGE)),
         }
@@ -76,6 +83,7 @@ fn parse() -> Result<Args> {
         model,
         cache,
         batches,
+        after,
         files,
     })
 }
@@ -122,6 +130,15 @@ fn run(out: &mut Out) -> Result {
     for (_, s) in cli::workloads(&args.files)? {
         sessions.extend(s);
     }
+    let before: Option<Vec<Session>> = match &args.after {
+        Some(f) => Some(
+            cli::workloads(std::slice::from_ref(f))?
+                .into_iter()
+                .flat_map(|(_, s)| s)
+                .collect(),
+        ),
+        None => None,
+    };
     writeln!(
         out,
         "{} at cache {}, {} sessions; tokens/s of simulated time (speed-up over plain)",
@@ -151,6 +168,15 @@ fn run(out: &mut Out) -> Result {
             best.0,
             best.1 / plain
         )?;
+        if let (Some(before), Some(f)) = (&before, &args.after) {
+            let after = simulate_after(before, &sessions, b, &curve, 64)?.tokens_per_second();
+            writeln!(
+                out,
+                "B = {b:>2}: budget after {f}: {:.2}x plain, {:.3}x the budget alone",
+                after / plain,
+                after / budget
+            )?;
+        }
     }
     Ok(())
 }

@@ -160,7 +160,14 @@ impl Budget {
     fn plan_secs(&mut self, split: Split) -> Option<f64> {
         split::computations(split, &self.plan, &mut self.left, &mut self.parts);
         match split {
-            Split::Whole { .. } => self.parts.iter().map(|p| self.times.secs(p.rows)).sum(),
+            Split::Whole { .. } => {
+                let sequences = self.plan.iter().filter(|&&r| r > 0).count();
+                let times = &self.times;
+                self.parts
+                    .iter()
+                    .map(|p| times.secs(p.rows, sequences))
+                    .sum()
+            }
             _ => self.split_times.secs(counts(&self.parts)),
         }
     }
@@ -400,9 +407,10 @@ impl Budget {
         split::computations(split, &self.plan, &mut self.left, &mut self.parts);
         if let Split::Whole { .. } = split {
             let total: usize = self.parts.iter().map(|p| p.rows).sum();
+            let sequences = self.plan.iter().filter(|&&r| r > 0).count();
             for p in &self.parts {
                 let share = took.mul_f64(float(p.rows) / float(total));
-                self.times.record(p.rows, share);
+                self.times.record(p.rows, sequences, share);
             }
         } else if !self.parts.is_empty() {
             self.split_times

@@ -14,7 +14,7 @@ fn ms(x: f64) -> Duration {
 fn budget(fixed: f64, per_row: f64) -> Budget {
     let mut times = PassTimes::new();
     for rows in [1, 2, 4, 8, 16, 32, 64] {
-        times.record(rows, ms(fixed + per_row * float(rows)));
+        times.record(rows, 1, ms(fixed + per_row * float(rows)));
     }
     let mut b = Budget::new(times, 4, 64);
     for _ in 0..10 {
@@ -111,8 +111,8 @@ fn a_dear_second_row_does_not_price_out_longer_drafts() {
     // A CPU at one sequence: the second row of a pass costs 90% of a
     // pass, the next few little; only passes of 1 and 2 rows measured.
     let mut times = PassTimes::new();
-    times.record(1, ms(28.0));
-    times.record(2, ms(53.0));
+    times.record(1, 1, ms(28.0));
+    times.record(2, 1, ms(53.0));
     let mut b = Budget::new(times, 4, 64);
     drafts(&mut b, &[&[0.95; 8]]);
     let c = b.choose(WHOLE).unwrap();

@@ -1,5 +1,5 @@
-//! [`PassTimes`]: what a pass of `r` rows costs, learned from the engine's
-//! own passes as it runs.
+//! [`PassTimes`]: what a pass of `r` rows over `s` sequences costs, learned
+//! from the engine's own passes as it runs.
 
 use std::time::Duration;
 
@@ -31,6 +31,16 @@ const SEED_WEIGHT: f64 = 2.0;
 /// never measured.)
 const PRIOR_ROW_COST: f64 = 0.05;
 
+/// Bands of sequences a pass covers: 1, 2, 3-4, 5-8, ..., 2049-4096 (up
+/// to [`MAX_SEQUENCES`](super::super::MAX_SEQUENCES)). At equal rows a pass
+/// over more sequences costs more (each reads its own cache; on the H200
+/// curves of SmolLM2-135M's shape, 64 rows cost 1.47 ms in one sequence,
+/// 1.64 ms over 8 and 3.29 ms over 32). One curve over rows alone, learned
+/// while few sequences ran, read passes over many as that cheap: in the
+/// GPU simulation the traffic decoded next lost up to 9% of its tokens per
+/// second at B = 32 (BENCHMARKS.md, "Pass times by sequences").
+const BANDS: usize = 13;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Point {
     /// Mean rows of the passes recorded here (sizes near the grid point's).
@@ -41,27 +51,37 @@ struct Point {
     weight: f64,
 }
 
-/// A pass-time model learned online: each pass's rows and duration update
-/// the grid point nearest its size (its mean rows and mean time: a running
-/// mean, then a moving average over about 16 passes, so it follows changes
-/// in load, cache length and threads); the time of any size is read from
-/// the measured points, non-decreasing in rows, linear between them and
-/// optimistic beyond them. A measured [`PassCurve`] may seed it; none is
-/// needed.
+/// A pass-time model learned online: each pass's rows, sequences and
+/// duration update the grid point nearest its size in its band of
+/// sequences (1, 2, 3-4, 5-8, ...; the point's mean rows and mean time: a
+/// running mean, then a moving average over about 16 passes, so it follows
+/// changes in load, cache length and threads); the time of any size is
+/// read from the measured points of its band (of the nearest band measured
+/// while its own has none, fewer sequences first), non-decreasing in rows,
+/// linear between them and optimistic beyond them. A measured
+/// [`PassCurve`] may seed it; none is needed.
 ///
 /// ```
 /// use selfspec::step::PassTimes;
 /// use std::time::Duration;
 ///
 /// let mut times = PassTimes::new();
-/// assert_eq!(times.time(4), None); // nothing measured yet
-/// times.record(1, Duration::from_millis(10));
-/// times.record(17, Duration::from_millis(26));
-/// assert_eq!(times.time(9), Some(Duration::from_millis(18)));
+/// assert_eq!(times.time(4, 1), None); // nothing measured yet
+/// times.record(1, 1, Duration::from_millis(10));
+/// times.record(17, 1, Duration::from_millis(26));
+/// assert_eq!(times.time(9, 1), Some(Duration::from_millis(18)));
+/// // Eight sequences: nothing measured there yet, read as one sequence.
+/// assert_eq!(times.time(9, 8), Some(Duration::from_millis(18)));
+/// times.record(8, 8, Duration::from_millis(30));
+/// assert_eq!(times.time(8, 8), Some(Duration::from_millis(30)));
+/// assert_eq!(times.time(8, 1), Some(Duration::from_millis(17)));
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct PassTimes {
+    /// [`GRID`]'s points for each band of sequences, band after band.
     points: Vec<Point>,
+    /// Bit `b` set: band `b` has a point measured.
+    measured: u16,
 }
 
 impl Default for PassTimes {
@@ -75,17 +95,18 @@ impl PassTimes {
     #[must_use]
     pub fn new() -> PassTimes {
         PassTimes {
-            points: vec![Point::default(); GRID.len()],
+            points: vec![Point::default(); GRID.len() * BANDS],
+            measured: 0,
         }
     }
 
-    /// A model seeded with `curve`'s points (each worth two of the
-    /// engine's own passes).
+    /// A model seeded with `curve`'s points (passes of one sequence, each
+    /// worth two of the engine's own passes).
     #[must_use]
     pub fn seeded(curve: &PassCurve) -> PassTimes {
         let mut times = PassTimes::new();
         for p in curve.points() {
-            let point = &mut times.points[nearest(p.rows)];
+            let point = &mut times.band_mut(1)[nearest(p.rows)];
             point.rows = float(p.rows);
             point.secs = p.median.as_secs_f64();
             point.weight = SEED_WEIGHT;
@@ -93,22 +114,23 @@ impl PassTimes {
         times
     }
 
-    /// Records a pass of `rows` rows that took `took`.
-    pub fn record(&mut self, rows: usize, took: Duration) {
+    /// Records a pass of `rows` rows over `sequences` sequences that took
+    /// `took`.
+    pub fn record(&mut self, rows: usize, sequences: usize, took: Duration) {
         if rows == 0 {
             return;
         }
-        let p = &mut self.points[nearest(rows)];
+        let p = &mut self.band_mut(sequences)[nearest(rows)];
         p.weight = (p.weight + 1.0).min(MEMORY);
         p.rows += (float(rows) - p.rows) / p.weight;
         p.secs += (took.as_secs_f64() - p.secs) / p.weight;
     }
 
-    /// The estimated time of a pass of `rows` rows; `None` until a pass
-    /// has been recorded.
+    /// The estimated time of a pass of `rows` rows over `sequences`
+    /// sequences; `None` until a pass has been recorded.
     #[must_use]
-    pub fn time(&self, rows: usize) -> Option<Duration> {
-        self.secs(rows)
+    pub fn time(&self, rows: usize, sequences: usize) -> Option<Duration> {
+        self.secs(rows, sequences)
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
     }
 
@@ -120,13 +142,18 @@ impl PassTimes {
     /// time in proportion; above the largest, [`PRIOR_ROW_COST`] of its
     /// time per row of its size. Optimism is what corrects itself: a size
     /// read too cheap is sent, measured and read as it is.
-    pub(crate) fn secs(&self, rows: usize) -> Option<f64> {
+    pub(crate) fn secs(&self, rows: usize, sequences: usize) -> Option<f64> {
         let rows = float(rows.max(1));
         // From the largest size down, each read through the minimum of the
         // sizes above it.
         let mut running = f64::INFINITY;
         let mut above: Option<(f64, f64)> = None;
-        for p in self.points.iter().rev().filter(|p| p.weight > 0.0) {
+        for p in self
+            .measured_band(sequences)?
+            .iter()
+            .rev()
+            .filter(|p| p.weight > 0.0)
+        {
             running = running.min(p.secs);
             let at = (p.rows, running);
             if p.rows > rows {
@@ -140,6 +167,40 @@ impl PassTimes {
         }
         above.map(|b| b.1 * rows / b.0)
     }
+
+    /// The points of `sequences`' band, marked measured.
+    fn band_mut(&mut self, sequences: usize) -> &mut [Point] {
+        let b = band(sequences);
+        self.measured |= 1 << b;
+        &mut self.points[b * GRID.len()..(b + 1) * GRID.len()]
+    }
+
+    /// The points of `sequences`' band, or of the nearest band measured
+    /// (fewer sequences first: the cheaper guess, which a pass then
+    /// corrects); `None` when nothing is measured.
+    fn measured_band(&self, sequences: usize) -> Option<&[Point]> {
+        let own = band(sequences);
+        let of = |b: usize| &self.points[b * GRID.len()..(b + 1) * GRID.len()];
+        let measured = |b: &usize| self.measured & (1 << b) != 0;
+        (0..BANDS)
+            .flat_map(|d| {
+                [
+                    own.checked_sub(d),
+                    Some(own + d).filter(|&b| d > 0 && b < BANDS),
+                ]
+            })
+            .flatten()
+            .find(measured)
+            .map(of)
+    }
+}
+
+/// The band of a pass over `sequences` sequences: 0 for one, then one
+/// band per doubling.
+fn band(sequences: usize) -> usize {
+    let s = sequences.max(1);
+    let ceil_log2 = usize::BITS - (s - 1).leading_zeros();
+    crate::int::ix32(ceil_log2).min(BANDS - 1)
 }
 
 /// The grid point nearest `rows` (ties to the smaller).
@@ -171,9 +232,9 @@ mod tests {
     #[test]
     fn reads_as_a_table() {
         let mut t = PassTimes::new();
-        t.record(1, ms(10));
-        t.record(2, ms(16));
-        t.record(16, ms(40));
+        t.record(1, 1, ms(10));
+        t.record(2, 1, ms(16));
+        t.record(16, 1, ms(40));
         // (rows, expected ms): measured, between, above the largest.
         let cases = [
             (1, 10.0),
@@ -183,33 +244,67 @@ mod tests {
             (32, 40.0 * (1.0 + PRIOR_ROW_COST)),
         ];
         for (rows, want) in cases {
-            let got = t.secs(rows).unwrap() * 1000.0;
+            let got = t.secs(rows, 1).unwrap() * 1000.0;
             assert!(
                 (got - want).abs() < 1e-6,
                 "{rows} rows: {got} ms, want {want}"
             );
         }
         // A size measured slower than a larger one reads as the larger.
-        t.record(4, ms(90));
-        assert!((t.secs(4).unwrap() - 0.040).abs() < 1e-9);
-        assert!((t.secs(2).unwrap() - 0.016).abs() < 1e-9);
+        t.record(4, 1, ms(90));
+        assert!((t.secs(4, 1).unwrap() - 0.040).abs() < 1e-9);
+        assert!((t.secs(2, 1).unwrap() - 0.016).abs() < 1e-9);
     }
 
     #[test]
     fn follows_a_change_and_extrapolates_with_one_point() {
         let mut t = PassTimes::new();
-        assert_eq!(t.secs(3), None);
-        t.record(4, ms(20));
-        let one = t.secs(8).unwrap();
+        assert_eq!(t.secs(3, 1), None);
+        t.record(4, 1, ms(20));
+        let one = t.secs(8, 1).unwrap();
         assert!((one - 0.020 * (1.0 + PRIOR_ROW_COST)).abs() < 1e-9, "{one}");
-        let below = t.secs(1).unwrap();
+        let below = t.secs(1, 1).unwrap();
         assert!((below - 0.005).abs() < 1e-9, "{below}");
         for _ in 0..200 {
-            t.record(4, ms(40));
+            t.record(4, 1, ms(40));
         }
         assert!(
-            (t.secs(4).unwrap() - 0.040).abs() < 1e-4,
+            (t.secs(4, 1).unwrap() - 0.040).abs() < 1e-4,
             "moved to the new time"
+        );
+    }
+
+    #[test]
+    fn bands_of_sequences_are_learned_apart() {
+        let mut t = PassTimes::new();
+        t.record(8, 1, ms(20));
+        // (sequences, band): one band per doubling, the last one capped.
+        for (sequences, want) in [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (32, 5),
+            (33, 6),
+        ] {
+            assert_eq!(band(sequences), want, "{sequences}");
+        }
+        assert_eq!(band(usize::MAX), BANDS - 1);
+        // Nothing measured over 32 sequences: read from one sequence's.
+        assert!((t.secs(8, 32).unwrap() - 0.020).abs() < 1e-9);
+        t.record(8, 32, ms(50));
+        assert!((t.secs(8, 32).unwrap() - 0.050).abs() < 1e-9);
+        assert!((t.secs(8, 1).unwrap() - 0.020).abs() < 1e-9, "untouched");
+        // 16 sequences: nearest measured band, fewer sequences first
+        // (bands 0 and 5 are four and one bands away).
+        assert!((t.secs(8, 16).unwrap() - 0.050).abs() < 1e-9);
+        assert!((t.secs(8, 2).unwrap() - 0.020).abs() < 1e-9);
+        t.record(8, 8, ms(30));
+        assert!(
+            (t.secs(8, 16).unwrap() - 0.030).abs() < 1e-9,
+            "band 3 is nearer"
         );
     }
 
