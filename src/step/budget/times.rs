@@ -31,15 +31,13 @@ const SEED_WEIGHT: f64 = 2.0;
 /// never measured.)
 const PRIOR_ROW_COST: f64 = 0.05;
 
-/// Bands of sequences a pass covers: 1, 2, 3-4, 5-8, ..., 2049-4096 (up
-/// to [`MAX_SEQUENCES`](super::super::MAX_SEQUENCES)). At equal rows a pass
-/// over more sequences costs more (each reads its own cache; on the H200
-/// curves of SmolLM2-135M's shape, 64 rows cost 1.47 ms in one sequence,
-/// 1.64 ms over 8 and 3.29 ms over 32). One curve over rows alone, learned
-/// while few sequences ran, read passes over many as that cheap: in the
-/// GPU simulation the traffic decoded next lost up to 9% of its tokens per
-/// second at B = 32 (BENCHMARKS.md, "Pass times by sequences").
-const BANDS: usize = 13;
+/// Bands of sequences a pass covers: 1, 2, 3-4, 5-8, ..., up to
+/// [`MAX_SEQUENCES`](super::super::MAX_SEQUENCES). At equal rows a pass
+/// over more sequences costs more (each reads its own cache): one curve
+/// over rows alone, learned while few sequences ran, read passes over many
+/// too cheap afterwards (the GPU simulation of BENCHMARKS.md, "Pass times
+/// by sequences").
+const BANDS: usize = crate::int::ix32(super::super::MAX_SEQUENCES.ilog2()) + 1;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Point {
