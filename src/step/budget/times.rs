@@ -23,6 +23,16 @@ const MEMORY: f64 = 16.0;
 /// The weight of a seeded point: a few of the engine's own passes outweigh it.
 const SEED_WEIGHT: f64 = 2.0;
 
+/// Passes of its band after which a grid point not measured again is read
+/// as unmeasured. Its time was measured under the conditions of then (a
+/// cache of another length, another load): read as it was, a size that
+/// has become cheaper than it reads is never sent, so never measured
+/// again (the budget's drafts held back after a change of traffic, the
+/// candle engine's figures of BENCHMARKS.md, "The draft budget after a
+/// change of traffic"). Read as unmeasured, it is priced optimistically,
+/// sent and measured again: a pass or two every this many.
+const STALE: u64 = 512;
+
 /// Extra time per row assumed beyond the largest size measured, relative to
 /// that size's time per row: an optimistic guess, so that a longer pass is
 /// tried and measured. (Not a line through the two largest sizes measured:
@@ -47,14 +57,17 @@ struct Point {
     secs: f64,
     /// Passes recorded (capped at [`MEMORY`]).
     weight: f64,
+    /// Its band's clock when a pass was last recorded here.
+    at: u64,
 }
 
 /// A pass-time model learned online: each pass's rows, sequences and
 /// duration update the grid point nearest its size in its band of
 /// sequences (1, 2, 3-4, 5-8, ...; the point's mean rows and mean time: a
 /// running mean, then a moving average over about 16 passes, so it follows
-/// changes in load, cache length and threads); the time of any size is
-/// read from the measured points of its band (of the nearest band measured
+/// changes in load, cache length and threads; a point not measured again
+/// within 512 passes of its band counts as unmeasured); the time of any
+/// size is read from the measured points of its band (of the nearest band measured
 /// while its own has none, fewer sequences first), non-decreasing in rows,
 /// linear between them and optimistic beyond them. A measured
 /// [`PassCurve`] may seed it; none is needed.
@@ -78,6 +91,8 @@ struct Point {
 pub struct PassTimes {
     /// [`GRID`]'s points for each band of sequences, band after band.
     points: Vec<Point>,
+    /// Passes recorded in each band: its clock.
+    clocks: [u64; BANDS],
     /// Bit `b` set: band `b` has a point measured.
     measured: u16,
 }
@@ -94,6 +109,7 @@ impl PassTimes {
     pub fn new() -> PassTimes {
         PassTimes {
             points: vec![Point::default(); GRID.len() * BANDS],
+            clocks: [0; BANDS],
             measured: 0,
         }
     }
@@ -118,7 +134,14 @@ impl PassTimes {
         if rows == 0 {
             return;
         }
+        let b = band(sequences);
+        self.clocks[b] += 1;
+        let clock = self.clocks[b];
         let p = &mut self.band_mut(sequences)[nearest(rows)];
+        if clock - p.at > STALE {
+            p.weight = 0.0;
+        }
+        p.at = clock;
         p.weight = (p.weight + 1.0).min(MEMORY);
         p.rows += (float(rows) - p.rows) / p.weight;
         p.secs += (took.as_secs_f64() - p.secs) / p.weight;
@@ -146,11 +169,11 @@ impl PassTimes {
         // sizes above it.
         let mut running = f64::INFINITY;
         let mut above: Option<(f64, f64)> = None;
-        for p in self
-            .measured_band(sequences)?
+        let (points, clock) = self.measured_band(sequences)?;
+        for p in points
             .iter()
             .rev()
-            .filter(|p| p.weight > 0.0)
+            .filter(|p| p.weight > 0.0 && clock - p.at <= STALE)
         {
             running = running.min(p.secs);
             let at = (p.rows, running);
@@ -175,10 +198,13 @@ impl PassTimes {
 
     /// The points of `sequences`' band, or of the nearest band measured
     /// (fewer sequences first: the cheaper guess, which a pass then
-    /// corrects); `None` when nothing is measured.
-    fn measured_band(&self, sequences: usize) -> Option<&[Point]> {
+    /// corrects), and that band's clock; `None` when nothing is measured.
+    fn measured_band(&self, sequences: usize) -> Option<(&[Point], u64)> {
         let own = band(sequences);
-        let of = |b: usize| &self.points[b * GRID.len()..(b + 1) * GRID.len()];
+        let of = |b: usize| {
+            let points = &self.points[b * GRID.len()..(b + 1) * GRID.len()];
+            (points, self.clocks[b])
+        };
         let measured = |b: &usize| self.measured & (1 << b) != 0;
         (0..BANDS)
             .flat_map(|d| {
@@ -270,6 +296,33 @@ mod tests {
             (t.secs(4, 1).unwrap() - 0.040).abs() < 1e-4,
             "moved to the new time"
         );
+    }
+
+    #[test]
+    fn a_size_not_measured_again_is_read_optimistically() {
+        let mut t = PassTimes::new();
+        t.record(1, 1, ms(10));
+        t.record(2, 1, ms(30));
+        // One-row passes get cheaper (a shorter cache); two rows are not
+        // sent again.
+        for _ in 0..STALE {
+            t.record(1, 1, ms(5));
+        }
+        assert!((t.secs(2, 1).unwrap() - 0.030).abs() < 1e-9, "still read");
+        t.record(1, 1, ms(5));
+        let two = t.secs(2, 1).unwrap();
+        let want = 0.005 * (1.0 + PRIOR_ROW_COST);
+        assert!((two - want).abs() < 1e-9, "stale: {two}");
+        // Measured again: the new time alone, not averaged with the old.
+        t.record(2, 1, ms(8));
+        assert!((t.secs(2, 1).unwrap() - 0.008).abs() < 1e-9);
+        // Another band's clock does not age this one's points.
+        let mut u = PassTimes::new();
+        u.record(2, 1, ms(30));
+        for _ in 0..2 * STALE {
+            u.record(1, 8, ms(5));
+        }
+        assert!((u.secs(2, 1).unwrap() - 0.030).abs() < 1e-9);
     }
 
     #[test]
