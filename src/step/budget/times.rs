@@ -67,9 +67,9 @@ struct Point {
 /// running mean, then a moving average over about 16 passes, so it follows
 /// changes in load, cache length and threads; a point not measured again
 /// within 512 passes of its band counts as unmeasured); the time of any
-/// size is read from the measured points of its band (of the nearest band measured
-/// while its own has none, fewer sequences first), non-decreasing in rows,
-/// linear between them and optimistic beyond them. A measured
+/// size is read from the measured points of its band (of the nearest band
+/// measured while its own has none, fewer sequences first), non-decreasing
+/// in rows, linear between them and optimistic beyond them. A measured
 /// [`PassCurve`] may seed it; none is needed.
 ///
 /// ```
@@ -134,9 +134,7 @@ impl PassTimes {
         if rows == 0 {
             return;
         }
-        let b = band(sequences);
-        self.clocks[b] += 1;
-        let clock = self.clocks[b];
+        let clock = self.tick(sequences);
         let p = &mut self.band_mut(sequences)[nearest(rows)];
         if clock - p.at > STALE {
             p.weight = 0.0;
@@ -187,6 +185,13 @@ impl PassTimes {
             });
         }
         above.map(|b| b.1 * rows / b.0)
+    }
+
+    /// Advances the clock of `sequences`' band by one pass; its new time.
+    fn tick(&mut self, sequences: usize) -> u64 {
+        let clock = &mut self.clocks[band(sequences)];
+        *clock += 1;
+        *clock
     }
 
     /// The points of `sequences`' band, marked measured.
