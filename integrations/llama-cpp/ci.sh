@@ -57,12 +57,15 @@ done
     rm -f Cargo.lock
 )
 
-# The engine's command.
+# The engine's command, two rounds: the 3 problems' turns counted twice.
 out=$(cargo run --release --locked -p selfspec-llama-cpp-engine -- \
-    --conversations ../data/sample-code.text.jsonl:3 --max-tokens 64 --parallel 1 --threads 2)
+    --conversations ../data/sample-code.text.jsonl:3 --max-tokens 64 --parallel 1 --threads 2 \
+    --rounds 2)
 echo "$out"
 grep -q 'elsewhere$' <<<"$out"
 grep -q ' 0 elsewhere$' <<<"$out"
+grep -q '2 rounds: each kind plain then speculative' <<<"$out"
+grep -qE '^recall .* code +6 ' <<<"$out"
 # --help exits 0, a bad argument exits 2.
 cargo run --release --locked -q -p selfspec-llama-cpp-engine -- --help >/dev/null
 set +e
@@ -70,4 +73,9 @@ cargo run --release --locked -q -p selfspec-llama-cpp-engine -- --max-tokens 0 2
 code=$?
 set -e
 [ "$code" -eq 2 ] || { echo "bad argument: exit $code, expected 2" >&2; exit 1; }
+set +e
+cargo run --release --locked -q -p selfspec-llama-cpp-engine -- --rounds 0 2>/dev/null
+code=$?
+set -e
+[ "$code" -eq 2 ] || { echo "--rounds 0: exit $code, expected 2" >&2; exit 1; }
 echo "ci.sh: ok"

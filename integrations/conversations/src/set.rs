@@ -116,6 +116,21 @@ impl DraftSet {
         }
     }
 
+    /// The same set (name, limits, configuration, token cost) on a new,
+    /// empty engine-wide memory: for a repeated measurement that must not
+    /// draft from what an earlier round taught.
+    ///
+    /// # Errors
+    ///
+    /// selfspec's error for a configuration it rejects (as when the set
+    /// was made).
+    pub fn fresh(&self) -> Result<DraftSet, Error> {
+        Ok(DraftSet {
+            shared: Shared::new(&self.config)?,
+            ..self.clone()
+        })
+    }
+
     /// The drafting configuration.
     #[must_use]
     pub fn config(&self) -> &Config {
@@ -231,5 +246,32 @@ mod tests {
         assert_eq!(set.shared().stats().memory_tokens, 10);
         assert_eq!(held("chat"), 64);
         assert!(DraftSet::new(&[], Some(2), Some(3)).is_err());
+    }
+
+    #[test]
+    fn a_fresh_set_drafts_as_the_set_on_an_empty_memory() {
+        let set = DraftSet::new(&[], Some(8), None)
+            .unwrap()
+            .with_token_cost(Some(0.25))
+            .unwrap();
+        let text: Vec<u32> = (0..64).map(|i| (i * 7 + 3) % 50).collect();
+        for scope in ["", "chat"] {
+            let mut spec = set.speculative_in(scope).unwrap();
+            spec.begin(&text);
+            spec.end_request();
+        }
+        let fresh = set.fresh().unwrap();
+        assert_eq!(fresh.label(), set.label());
+        assert_eq!(fresh.config().draft_max, 8);
+        for scope in ["", "chat"] {
+            let held = |s: &DraftSet| s.shared().scope(scope).stats().memory_tokens;
+            assert_eq!(held(&set), 64, "{scope:?}");
+            assert_eq!(held(&fresh), 0, "{scope:?}");
+        }
+        // and the old set's requests do not reach the fresh one's memory
+        let mut spec = set.speculative().unwrap();
+        spec.begin(&text[..10]);
+        spec.end_request();
+        assert_eq!(fresh.shared().stats().memory_tokens, 0);
     }
 }

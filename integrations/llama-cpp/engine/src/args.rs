@@ -38,6 +38,12 @@ pub fn help() -> String {
                          their draws and are not compared token for token
                          (default 0: greedy)
   --seed S               the first request's seed, the next ones' S + 1, ...
+  --rounds N             decode each kind N times, plainly then with each set,
+                         alternating (each round's sets on a new memory), and
+                         report the rounds' tokens and times summed: on a
+                         machine whose speed drifts, a kind's plain and
+                         speculative times then come from the same minutes
+                         (default 1)
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -67,6 +73,8 @@ pub struct Args {
     pub record: Option<PathBuf>,
     /// `--temperature`, `--seed`: sampled decoding.
     pub sampler: Option<Sampler>,
+    /// `--rounds`: plain and speculative decoding of each kind, alternated.
+    pub rounds: usize,
 }
 
 /// Parses the arguments after the program's name.
@@ -76,6 +84,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut kv_unified = false;
     let mut scopes = Scopes::Kind;
     let mut record = None;
+    let mut rounds = 1;
     let (mut temperature, mut seed) = (0.0f32, 0u64);
     let common = cli::parse(it, |option, value| {
         match option {
@@ -105,6 +114,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("{option}: {v:?} is not a seed"))?;
             }
+            "--rounds" => rounds = cli::positive(option, &value(option)?)?,
             "--record" => record = Some(PathBuf::from(value(option)?)),
             "--scopes" => {
                 scopes = match value(option)?.as_str() {
@@ -128,6 +138,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         budget,
         scopes,
         record,
+        rounds,
         sampler: (temperature > 0.0).then(|| Sampler {
             temperature,
             seed,

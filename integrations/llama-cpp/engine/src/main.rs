@@ -50,6 +50,24 @@ fn kinds(conversations: &[Conversation]) -> Vec<String> {
     kinds
 }
 
+/// llama.cpp's OpenMP threads wait at every barrier of a pass (hundreds a
+/// pass) by `OMP_WAIT_POLICY`: `passive` puts them to sleep each time, which
+/// made one-sequence plain decoding of this model 1.7 to 2 times slower on
+/// 2 cores, and flatters drafting's ratios (BENCHMARKS.md, "The OpenMP wait
+/// policy"); figures name the policy they ran under.
+fn wait_policy_line() -> String {
+    match std::env::var("OMP_WAIT_POLICY") {
+        Ok(p) if p.eq_ignore_ascii_case("passive") => {
+            "OpenMP wait policy: passive (threads sleep at each barrier of a pass: passes are \
+             slower than under the default; unset OMP_WAIT_POLICY to time them)"
+                .to_string()
+        }
+        Ok(p) => format!("OpenMP wait policy: {p}"),
+        Err(_) => "OpenMP wait policy: the runtime's default (threads spin briefly, then sleep)"
+            .to_string(),
+    }
+}
+
 /// The drafting sets; an `auto` token cost is measured once, on `decoder`.
 fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error> {
     let sets = args.common.draft_sets(|| {
@@ -140,6 +158,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         if settings.kv_unified { "on" } else { "off" }
     );
     println!("draft budget: {}", if args.budget { "on" } else { "off" });
+    println!("{}", wait_policy_line());
     if let Some(s) = args.sampler {
         println!(
             "sampled at temperature {} (top-k {}, top-p {}, min-p {}), seeds from {}: replies \
@@ -217,8 +236,10 @@ fn print_shapes(decoder: &mut Decoder<'_>) -> Result<(), Error> {
 }
 
 /// Decodes every kind's conversations plainly, then with each set, into the
-/// sets' tallies; with `--record`, each conversation's plain replies as a
-/// workload line, in the conversations' order.
+/// sets' tallies, `--rounds` times over, alternating (each round after the
+/// first on fresh copies of the sets, kept from one kind to the next as the
+/// first round's are); with `--record`, each conversation's plain replies
+/// of the first round as a workload line, in the conversations' order.
 fn decode_all(
     args: &Args,
     decoder: &mut Decoder<'_>,
@@ -227,54 +248,98 @@ fn decode_all(
     bound: f32,
 ) -> Result<Vec<Option<String>>, Error> {
     let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
-    // Plain decoding and every set each decode every turn once.
-    let mut progress = Progress::new(total * (sets.len() + 1));
-    let family = decoder.model().family();
+    // Plain decoding and every set each decode every turn once a round.
+    let mut progress = Progress::new(total * (sets.len() + 1) * args.rounds);
     let mut recorded = vec![None; conversations.len()];
+    let later: Vec<Vec<DraftSet>> = (1..args.rounds)
+        .map(|_| sets.iter().map(|s| s.set.fresh()).collect())
+        .collect::<Result<_, _>>()?;
     for kind in kinds(conversations) {
         let (index, convs): (Vec<usize>, Vec<&Conversation>) = conversations
             .iter()
             .enumerate()
             .filter(|(_, c)| c.kind == kind)
             .unzip();
-        let plain = run::decode_pass(decoder, &convs, args.common.max_tokens, None, None)?;
-        if args.record.is_some() {
-            for (c, &i) in index.iter().enumerate() {
-                recorded[i] = record::session_line(convs[c], &plain, c, &family)?;
-            }
-        }
-        let texts = run::reply_texts(decoder, &plain);
-        let turns: usize = convs.iter().map(|c| c.turns.len()).sum();
-        let plain_generated = generated_tokens(&plain);
-        progress.pass(
-            &kind,
-            "plain",
-            turns,
-            plain_generated,
-            tps(plain_generated, plain.decode_time),
-        );
-        for set in sets.iter_mut() {
-            let drafting = Drafting {
-                set: &set.set,
-                scopes: args.scopes,
+        for round in 0..args.rounds {
+            let round = Round {
+                kind: &kind,
+                convs: &convs,
+                drafts: round.checked_sub(1).map(|r| &later[r][..]),
             };
-            let max_tokens = args.common.max_tokens;
-            let spec =
-                run::decode_pass(decoder, &convs, max_tokens, Some(&texts), Some(&drafting))?;
-            let d = run::tally_kind(&mut set.tally, &kind, &convs, &plain, &spec, bound);
-            set.divergences.extend(d);
-            let generated = generated_tokens(&spec);
-            progress.pass(
-                &kind,
-                &set.set.label(),
-                turns,
-                generated,
-                tps(generated, spec.decode_time),
-            );
+            let plain = decode_round(args, decoder, &round, sets, bound, &mut progress)?;
+            if args.record.is_some() && round.drafts.is_none() {
+                let family = decoder.model().family();
+                for (c, &i) in index.iter().enumerate() {
+                    recorded[i] = record::session_line(convs[c], &plain, c, &family)?;
+                }
+            }
         }
     }
     progress.finish();
     Ok(recorded)
+}
+
+/// One kind's conversations in one round, and the sets that draft in it
+/// (`None`: the sets themselves, as in the first round).
+struct Round<'a> {
+    kind: &'a str,
+    convs: &'a [&'a Conversation],
+    drafts: Option<&'a [DraftSet]>,
+}
+
+/// One round of one kind: plain decoding, then each set's, tallied into
+/// the sets; the plain pass, for `--record`.
+fn decode_round(
+    args: &Args,
+    decoder: &mut Decoder<'_>,
+    round: &Round<'_>,
+    sets: &mut [Set],
+    bound: f32,
+    progress: &mut Progress,
+) -> Result<run::Pass, Error> {
+    let max_tokens = args.common.max_tokens;
+    let plain = run::decode_pass(decoder, round.convs, max_tokens, None, None)?;
+    let texts = run::reply_texts(decoder, &plain);
+    let turns: usize = round.convs.iter().map(|c| c.turns.len()).sum();
+    let plain_generated = generated_tokens(&plain);
+    progress.pass(
+        round.kind,
+        "plain",
+        turns,
+        plain_generated,
+        tps(plain_generated, plain.decode_time),
+    );
+    for (i, set) in sets.iter_mut().enumerate() {
+        let drafting = Drafting {
+            set: round.drafts.map_or(&set.set, |d| &d[i]),
+            scopes: args.scopes,
+        };
+        let spec = run::decode_pass(
+            decoder,
+            round.convs,
+            max_tokens,
+            Some(&texts),
+            Some(&drafting),
+        )?;
+        let d = run::tally_kind(
+            &mut set.tally,
+            round.kind,
+            round.convs,
+            &plain,
+            &spec,
+            bound,
+        );
+        set.divergences.extend(d);
+        let generated = generated_tokens(&spec);
+        progress.pass(
+            round.kind,
+            &set.set.label(),
+            turns,
+            generated,
+            tps(generated, spec.decode_time),
+        );
+    }
+    Ok(plain)
 }
 
 /// Tokens a pass generated over all its replies.
@@ -297,7 +362,15 @@ fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Erro
     let mut ok = true;
     for set in sets {
         let label = set.set.label();
-        println!("\n{label} (parallel {}):", args.parallel);
+        if args.rounds > 1 {
+            println!(
+                "\n{label} (parallel {}, {} rounds: each kind plain then speculative, \
+                 alternated; tokens and times summed):",
+                args.parallel, args.rounds
+            );
+        } else {
+            println!("\n{label} (parallel {}):", args.parallel);
+        }
         let rows = set.tally.summaries(&label, Some(args.parallel));
         conv::print_table(&mut std::io::stdout(), &rows).map_err(|source| conv::Error::Io {
             path: "stdout".into(),
