@@ -52,9 +52,9 @@ fn kinds(conversations: &[Conversation]) -> Vec<String> {
 
 /// llama.cpp's OpenMP threads wait at every barrier of a pass (hundreds a
 /// pass) by `OMP_WAIT_POLICY`: `passive` puts them to sleep each time, which
-/// made one-sequence plain decoding of this model 1.7 to 2 times slower on
-/// 2 cores, and flatters drafting's ratios (BENCHMARKS.md, "The OpenMP wait
-/// policy"); figures name the policy they ran under.
+/// slows every pass and flatters drafting's ratios (measured in
+/// BENCHMARKS.md, "The OpenMP wait policy"); figures name the policy they
+/// ran under.
 fn wait_policy_line() -> String {
     match std::env::var("OMP_WAIT_POLICY") {
         Ok(p) if p.eq_ignore_ascii_case("passive") => {
@@ -236,10 +236,11 @@ fn print_shapes(decoder: &mut Decoder<'_>) -> Result<(), Error> {
 }
 
 /// Decodes every kind's conversations plainly, then with each set, into the
-/// sets' tallies, `--rounds` times over, alternating (each round after the
-/// first on fresh copies of the sets, kept from one kind to the next as the
-/// first round's are); with `--record`, each conversation's plain replies
-/// of the first round as a workload line, in the conversations' order.
+/// sets' tallies, `--rounds` times over, alternating: the first round
+/// drafts on the sets' own memories, each later one on fresh copies of the
+/// sets, kept from one kind to the next as the first round's are. With
+/// `--record`, each conversation's plain replies of the first round as a
+/// workload line, in the conversations' order.
 fn decode_all(
     args: &Args,
     decoder: &mut Decoder<'_>,
@@ -251,8 +252,18 @@ fn decode_all(
     // Plain decoding and every set each decode every turn once a round.
     let mut progress = Progress::new(total * (sets.len() + 1) * args.rounds);
     let mut recorded = vec![None; conversations.len()];
-    let later: Vec<Vec<DraftSet>> = (1..args.rounds)
-        .map(|_| sets.iter().map(|s| s.set.fresh()).collect())
+    // (a clone of a set drafts on the set's own memory: `Shared` is a handle)
+    let drafts: Vec<Vec<DraftSet>> = (0..args.rounds)
+        .map(|r| {
+            let copy = |s: &Set| {
+                if r == 0 {
+                    Ok(s.set.clone())
+                } else {
+                    s.set.fresh()
+                }
+            };
+            sets.iter().map(copy).collect()
+        })
         .collect::<Result<_, _>>()?;
     for kind in kinds(conversations) {
         let (index, convs): (Vec<usize>, Vec<&Conversation>) = conversations
@@ -260,14 +271,14 @@ fn decode_all(
             .enumerate()
             .filter(|(_, c)| c.kind == kind)
             .unzip();
-        for round in 0..args.rounds {
+        for (r, drafts) in drafts.iter().enumerate() {
             let round = Round {
                 kind: &kind,
                 convs: &convs,
-                drafts: round.checked_sub(1).map(|r| &later[r][..]),
+                drafts,
             };
             let plain = decode_round(args, decoder, &round, sets, bound, &mut progress)?;
-            if args.record.is_some() && round.drafts.is_none() {
+            if args.record.is_some() && r == 0 {
                 let family = decoder.model().family();
                 for (c, &i) in index.iter().enumerate() {
                     recorded[i] = record::session_line(convs[c], &plain, c, &family)?;
@@ -280,11 +291,11 @@ fn decode_all(
 }
 
 /// One kind's conversations in one round, and the sets that draft in it
-/// (`None`: the sets themselves, as in the first round).
+/// (one for each of the report's sets, in their order).
 struct Round<'a> {
     kind: &'a str,
     convs: &'a [&'a Conversation],
-    drafts: Option<&'a [DraftSet]>,
+    drafts: &'a [DraftSet],
 }
 
 /// One round of one kind: plain decoding, then each set's, tallied into
@@ -309,9 +320,9 @@ fn decode_round(
         plain_generated,
         tps(plain_generated, plain.decode_time),
     );
-    for (i, set) in sets.iter_mut().enumerate() {
+    for (set, draft) in sets.iter_mut().zip(round.drafts) {
         let drafting = Drafting {
-            set: round.drafts.map_or(&set.set, |d| &d[i]),
+            set: draft,
             scopes: args.scopes,
         };
         let spec = run::decode_pass(
