@@ -66,6 +66,14 @@ grep -q 'elsewhere$' <<<"$out"
 grep -q ' 0 elsewhere$' <<<"$out"
 grep -q '2 rounds: each kind plain then speculative' <<<"$out"
 grep -qE '^recall .* code +6 ' <<<"$out"
+# The budget priced its passes: the median error of the prices of passes
+# without drafts is printed, and under half the measured time (a price in
+# the wrong unit or of the wrong pass is far off; a noisy machine is not).
+grep -q "the draft budget's pass prices against the measured passes:" <<<"$out"
+err=$(grep -oE "^  all +median error [0-9.]+% \(signed [-+][0-9.]+%\) over [0-9]+ passes without drafts" <<<"$out" \
+    | grep -oE '[0-9.]+%' | head -1 | tr -d '%')
+[ -n "$err" ] || { echo "no pass prices line" >&2; exit 1; }
+awk -v e="$err" 'BEGIN { exit !(e < 50) }' || { echo "pass prices off by $err%" >&2; exit 1; }
 # --help exits 0, a bad argument exits 2.
 cargo run --release --locked -q -p selfspec-llama-cpp-engine -- --help >/dev/null
 set +e

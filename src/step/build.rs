@@ -133,6 +133,7 @@ fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], split: Split, room: R
     let Some(choice) = budget.choose(split) else {
         return;
     };
+    budget.expected = Some(choice.tokens);
     let cost = budget.settle(choice);
     budget.fill_gaps(split, choice);
     budget.keep.clear();

@@ -111,7 +111,8 @@ pub enum StepError<E: std::error::Error + 'static> {
 }
 
 /// One forward pass, as the stepper timed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Pass {
     /// Rows in the batch.
     pub rows: usize,
@@ -119,8 +120,25 @@ pub struct Pass {
     pub prompt_rows: usize,
     /// Sequences with rows in it.
     pub sequences: usize,
-    /// Wall-clock time of [`Target::forward`].
+    /// Wall-clock time of [`Target::forward`] (or the target's own
+    /// [`pass_time`](Target::pass_time)).
     pub duration: Duration,
+    /// What the draft budget's pass-time model priced the pass at before
+    /// it ran (the price it weighed drafts by), to set beside
+    /// [`duration`](Pass::duration): `None` without a budget
+    /// ([`with_budget`](Stepper::with_budget)) and before it has timed a
+    /// pass.
+    pub predicted: Option<Duration>,
+    /// Tokens the pass gave: each decoding sequence's accepted draft
+    /// tokens and next token, each joining sequence's first token (as in
+    /// [`events`](Stepper::events); fewer where a reply ended inside an
+    /// accepted draft). 0 when the step failed.
+    pub tokens: usize,
+    /// The tokens the draft budget expected the pass to give its decoding
+    /// sequences (one each, and each draft row's estimated chance that its
+    /// draft is accepted up to it), to set beside
+    /// [`tokens`](Pass::tokens): `None` without a budget.
+    pub expected_tokens: Option<f64>,
 }
 
 /// Drives a [`Target`]: sequences join ([`start`](Stepper::start)) and

@@ -45,6 +45,10 @@ impl Stepper {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let predicted = self.budget.as_mut().and_then(|b| {
+            let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
+            b.price(self.split, rows)
+        });
         let t = Instant::now();
         target.forward(&self.batch).map_err(StepError::Target)?;
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
@@ -63,14 +67,21 @@ impl Stepper {
             let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
             budget.record(self.split, rows, took);
         }
+        let expected_tokens = self.budget.as_ref().and_then(|b| b.expected);
         self.last_pass = Some(Pass {
             rows: self.batch.len(),
             prompt_rows,
             sequences: self.seqs.iter().filter(|s| s.rows > 0).count(),
             duration: took,
+            predicted,
+            tokens: 0,
+            expected_tokens,
         });
         for s in 0..self.seqs.len() {
             self.outcome(target, s)?;
+        }
+        if let Some(pass) = &mut self.last_pass {
+            pass.tokens = self.events.len();
         }
         Ok(())
     }

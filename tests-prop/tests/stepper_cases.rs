@@ -398,3 +398,74 @@ fn a_target_without_logits_cannot_sample() {
     let f: Vec<Finished> = stepper.finished().collect();
     assert_eq!(f[0].reply.stop, Stop::Failed);
 }
+
+#[test]
+fn the_budget_prices_each_pass_and_its_tokens_before_it_runs() {
+    use selfspec::step::{PassTimes, Split};
+    // (split, the largest median error of the price allowed): a computation
+    // costs 2 ms and 0.1 ms a row, which both models can learn exactly
+    // (a whole pass's curve by its measured sizes, a split pass's linear
+    // fit everywhere); prices of sizes not measured yet read cheap.
+    let cases = [
+        (Split::Whole { ubatch: usize::MAX }, 0.01),
+        (Split::PerSequence, 0.01),
+        (Split::EqualRuns { ubatch: 512 }, 0.01),
+    ];
+    for (split, bound) in cases {
+        let mut target = Mock::new(3, 512, VOCAB, 64);
+        target.cost = Some((2000.0, 100.0));
+        target.split = split;
+        let mut stepper = Stepper::new(&target).unwrap().with_budget(PassTimes::new());
+        for s in 0..3 {
+            let d = Decode::greedy(120 + 40 * s);
+            let seed = u32::try_from(s).unwrap();
+            stepper
+                .start(SeqId::new(s), &prompt(seed), d, Some(recall()))
+                .unwrap();
+        }
+        let (mut errors, mut drafted, mut unpriced) = (Vec::new(), 0, 0);
+        while stepper.is_running() {
+            stepper.step(&mut target).unwrap();
+            let _ = stepper.finished().count();
+            let pass = stepper.last_pass().unwrap();
+            if pass.prompt_rows > 0 {
+                continue;
+            }
+            drafted += usize::from(pass.rows > pass.sequences);
+            let expected = pass.expected_tokens.unwrap();
+            if pass.rows == pass.sequences {
+                // No draft row: one token a sequence, as expected.
+                assert_eq!(pass.tokens, pass.sequences, "{split:?}: {pass:?}");
+                assert!((expected - pass.sequences as f64).abs() < 1e-9, "{pass:?}");
+            } else {
+                assert!(expected > pass.sequences as f64, "{split:?}: {pass:?}");
+                assert!(pass.tokens >= pass.sequences, "{split:?}: {pass:?}");
+            }
+            // The first decoding pass (a whole pass's curve does not learn
+            // from prompt chunks) has no price yet.
+            let Some(p) = pass.predicted else {
+                unpriced += 1;
+                continue;
+            };
+            let d = pass.duration;
+            errors.push((p.as_secs_f64() - d.as_secs_f64()).abs() / d.as_secs_f64());
+        }
+        errors.sort_by(f64::total_cmp);
+        let median = errors[errors.len() / 2];
+        assert!(drafted > 10, "{split:?}: drafts were sent ({drafted})");
+        assert!(
+            unpriced <= 1,
+            "{split:?}: {unpriced} passes without a price"
+        );
+        assert!(median < bound, "{split:?}: median error {median}");
+    }
+    // Without a budget: no price, no expected tokens.
+    let mut target = Mock::new(1, 512, VOCAB, 64);
+    let mut stepper = Stepper::new(&target).unwrap();
+    stepper
+        .start(SeqId::new(0), &prompt(1), Decode::greedy(4), None)
+        .unwrap();
+    stepper.step(&mut target).unwrap();
+    let pass = stepper.last_pass().unwrap();
+    assert_eq!((pass.predicted, pass.expected_tokens), (None, None));
+}

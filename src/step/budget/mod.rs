@@ -76,6 +76,8 @@ pub(crate) struct Budget {
     pub fill: Vec<bool>,
     /// The token cost drafters were last told (see [`DRAFT_SLACK`]).
     pub token_cost: f64,
+    /// The tokens the last choice expected its pass to give.
+    pub expected: Option<f64>,
     /// Of all drafts, the sum of the `q`s at each position.
     level_gain: Vec<f64>,
     /// Scratch: rows a sequence of a plan, and its computations.
@@ -95,6 +97,9 @@ pub(crate) struct Choice {
     pub level: usize,
     /// The acceptance probability at which one more draft row breaks even.
     pub break_even: f64,
+    /// The tokens the plan is expected to give: one for each decoding
+    /// sequence and the `q` of each draft row sent.
+    pub tokens: f64,
 }
 
 impl Budget {
@@ -114,6 +119,7 @@ impl Budget {
             keep: Vec::with_capacity(sequences),
             fill: Vec::with_capacity(sequences),
             token_cost: 0.0,
+            expected: None,
             level_gain: Vec::with_capacity(rows),
             plan: Vec::with_capacity(sequences),
             left: Vec::with_capacity(sequences),
@@ -125,6 +131,7 @@ impl Budget {
     /// has at most `rows` tokens (its room made once: a warm step does not
     /// allocate).
     pub(crate) fn clear(&mut self, rows: usize) {
+        self.expected = None;
         self.candidates.clear();
         self.slots.clear();
         self.level_gain.clear();
@@ -187,6 +194,7 @@ impl Budget {
                 rows: 0,
                 level: 0,
                 break_even: 1.0,
+                tokens: float(self.slots.iter().filter(|s| s.room.is_some()).count()),
             };
             return Some(none);
         };
@@ -220,10 +228,16 @@ impl Budget {
             }
         }
         let break_even = rate * self.next_row_secs(split, best)?;
+        let drafted: f64 = if best.1 > 0 {
+            self.level_gain[..best.1].iter().sum()
+        } else {
+            self.candidates[..best.0].iter().map(|c| c.q).sum()
+        };
         Some(Choice {
             rows: best.0,
             level: best.1,
             break_even,
+            tokens: float(sequences) + drafted,
         })
     }
 
@@ -391,6 +405,18 @@ impl Budget {
         } else {
             self.acceptance.record(&d.name, verified, accepted);
         }
+    }
+
+    /// The price of a pass in which sequence `s` has `rows[s]` rows,
+    /// computed as `split` computes it: `None` before a pass is timed.
+    pub(crate) fn price(
+        &mut self,
+        split: Split,
+        rows: impl Iterator<Item = usize>,
+    ) -> Option<Duration> {
+        self.plan.clear();
+        self.plan.extend(rows);
+        Duration::try_from_secs_f64(self.plan_secs(split)?).ok()
     }
 
     /// Records a pass in which sequence `s` had `rows[s]` rows, computed as

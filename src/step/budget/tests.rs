@@ -79,7 +79,34 @@ fn chooses_as_a_table() {
         drafts(&mut b, d);
         let c = b.choose(split).unwrap();
         assert_eq!((c.rows, c.level), (rows, level), "case {i}: {c:?}");
+        let want = expected_tokens(d, rows, level);
+        assert!((c.tokens - want).abs() < 1e-9, "case {i}: {c:?}, {want}");
     }
+}
+
+/// The tokens a plan gives by the naive rule: one a sequence, and each
+/// draft row's chance that its draft is accepted up to it: the `rows`
+/// likeliest of all, or the first `level` of each draft.
+fn expected_tokens(drafts: &[&[f64]], rows: usize, level: usize) -> f64 {
+    let prefixes = |p: &[f64]| {
+        p.iter()
+            .scan(1.0, |q, &x| {
+                *q *= x;
+                Some(*q)
+            })
+            .collect::<Vec<f64>>()
+    };
+    let sent: f64 = if level > 0 {
+        drafts
+            .iter()
+            .flat_map(|p| prefixes(p).into_iter().take(level))
+            .sum()
+    } else {
+        let mut all: Vec<f64> = drafts.iter().flat_map(|p| prefixes(p)).collect();
+        all.sort_by(|a, b| b.total_cmp(a));
+        all[..rows].iter().sum()
+    };
+    float(drafts.len()) + sent
 }
 
 #[test]

@@ -17,7 +17,7 @@ mod settings;
 
 use selfspec_llama_cpp::LlamaTarget;
 
-use crate::{Error, Model};
+use crate::{Error, Model, Prices};
 use settings::setting;
 pub use settings::Settings;
 
@@ -51,6 +51,9 @@ pub struct Decoder<'m> {
     target: LlamaTarget<'m>,
     stepper: Stepper,
     counters: Counters,
+    /// The budget's prices of the decoding passes since the last
+    /// [`take_prices`](Decoder::take_prices).
+    prices: Prices,
     /// Whether each slot's request has its first token: its rows are
     /// decoding rows.
     decoding: Vec<bool>,
@@ -94,6 +97,7 @@ impl<'m> Decoder<'m> {
             target,
             stepper,
             counters: Counters::default(),
+            prices: Prices::default(),
             decoding: vec![false; settings.sequences],
             got: vec![0; settings.sequences],
             sampling: None,
@@ -263,8 +267,17 @@ impl<'m> Decoder<'m> {
         result.map_err(Error::from)
     }
 
+    /// The draft budget's prices of the decoding passes since the last
+    /// call, beside their measured times (none with the budget off).
+    pub fn take_prices(&mut self) -> Prices {
+        std::mem::take(&mut self.prices)
+    }
+
     /// Counts the last step and splits its time.
     fn account(&mut self, elapsed: Duration) {
+        if let Some(pass) = self.stepper.last_pass() {
+            self.prices.record(&pass);
+        }
         let (mut prompt_rows, mut decode_rows) = (0, 0);
         for (slot, decoding) in self.decoding.iter_mut().enumerate() {
             // The stepper's pass (a failed step leaves the last one's).

@@ -43,11 +43,13 @@ pub mod cost;
 mod decoder;
 mod error;
 mod model;
+mod prices;
 pub mod record;
 pub mod run;
 
 pub use decoder::{Counters, Decoder, Settings};
 pub use error::Error;
 pub use model::{Message, Model, Role};
+pub use prices::Prices;
 pub use selfspec::step::{Finished, Reply, Stop};
 pub use selfspec_conversations::argmax_gap;

@@ -13,7 +13,7 @@ use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress
 use selfspec_llama_cpp_engine::cost::{self, PassCurve};
 use selfspec_llama_cpp_engine::record;
 use selfspec_llama_cpp_engine::run::{self, Drafting, TurnDivergence};
-use selfspec_llama_cpp_engine::{Decoder, Error, Message, Model, Role, Settings};
+use selfspec_llama_cpp_engine::{Decoder, Error, Message, Model, Prices, Role, Settings};
 
 use args::Args;
 
@@ -22,6 +22,8 @@ struct Set {
     set: DraftSet,
     tally: Tally,
     divergences: Vec<TurnDivergence>,
+    /// The budget's prices of its speculative passes, by kind.
+    prices: Vec<(String, Prices)>,
 }
 
 fn print_curve(curve: &PassCurve) {
@@ -84,6 +86,7 @@ fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error>
             set,
             tally: Tally::new(),
             divergences: Vec::new(),
+            prices: Vec::new(),
         })
         .collect())
 }
@@ -341,6 +344,12 @@ fn decode_round(
             bound,
         );
         set.divergences.extend(d);
+        match set.prices.iter_mut().find(|(k, _)| k == round.kind) {
+            Some((_, p)) => p.extend(&spec.prices),
+            None => set
+                .prices
+                .push((round.kind.to_string(), spec.prices.clone())),
+        }
         let generated = generated_tokens(&spec);
         progress.pass(
             round.kind,
@@ -368,6 +377,28 @@ fn tps(tokens: usize, time: std::time::Duration) -> f64 {
     tokens as f64 / time.as_secs_f64().max(1e-9)
 }
 
+/// The draft budget's prices and expected tokens of each kind's
+/// speculative passes, and of all (nothing with the budget off).
+fn print_prices(by_kind: &[(String, Prices)]) {
+    let mut all = Prices::default();
+    for (_, p) in by_kind {
+        all.extend(p);
+    }
+    if all.line().is_none() {
+        return;
+    }
+    println!("the draft budget's pass prices against the measured passes:");
+    for (kind, p) in by_kind
+        .iter()
+        .map(|(k, p)| (k.as_str(), p))
+        .chain([("all", &all)])
+    {
+        if let Some(line) = p.line() {
+            println!("  {kind:<10} {line}");
+        }
+    }
+}
+
 fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Error> {
     let mut all: Vec<Summary> = Vec::new();
     let mut ok = true;
@@ -388,6 +419,7 @@ fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Erro
             source,
         })?;
         all.extend(rows);
+        print_prices(&set.prices);
         if args.sampler.is_some() {
             println!(
                 "outputs against plain decoding: sampled, not compared token for token \

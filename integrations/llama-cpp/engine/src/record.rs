@@ -136,6 +136,7 @@ mod tests {
                 vec![Vec::new()],
             ],
             decode_time: Duration::ZERO,
+            prices: crate::Prices::default(),
         };
         let line = session_line(&conversation(4), &pass, 0, "smollm2")
             .unwrap()

@@ -22,6 +22,9 @@ pub struct Pass {
     /// Time in decode steps (prefill excluded: see
     /// [`Counters`](crate::Counters) for passes shared with prompt rows).
     pub decode_time: Duration,
+    /// The draft budget's prices of the pass's decoding passes, beside
+    /// their measured times.
+    pub prices: crate::Prices,
 }
 
 /// Which part of a set's engine-wide memory a conversation drafts on.
@@ -99,12 +102,14 @@ pub fn decode_pass(
             .map(|c| vec![Vec::new(); c.turns.len()])
             .collect(),
         decode_time: Duration::ZERO,
+        prices: crate::Prices::default(),
     };
     let mut texts: Vec<Vec<String>> = conversations.iter().map(|_| Vec::new()).collect();
     let mut queue: VecDeque<usize> = (0..conversations.len()).collect();
     let mut lanes: Vec<Option<Lane>> = (0..decoder.settings().sequences).map(|_| None).collect();
     let mut finished: Vec<Finished> = Vec::new();
     let start_time = decoder.counters().decode_time;
+    let _ = decoder.take_prices();
     loop {
         for (slot, lane) in lanes.iter_mut().enumerate() {
             while lane.is_none() || !decoder.is_busy(slot) {
@@ -160,6 +165,7 @@ pub fn decode_pass(
         }
     }
     pass.decode_time = decoder.counters().decode_time - start_time;
+    pass.prices = decoder.take_prices();
     Ok(pass)
 }
 
