@@ -5,6 +5,19 @@ use std::sync::{Arc, Mutex};
 
 use selfspec::{Config, Speculative, Strategy, Token};
 
+/// Held by every test of this file: they run one at a time. A test that
+/// reaches a `warn!` callsite with no subscriber, on another thread while
+/// `run` installs its own, can leave the callsite's cached interest at
+/// "never" for the duration (a race in `tracing`'s callsite registration),
+/// and `run` then records no warning.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A minimal `tracing` subscriber that keeps the messages of `warn!` events.
 struct Warnings(Arc<Mutex<Vec<String>>>);
 
@@ -132,6 +145,7 @@ fn run(mode: Mode, target: &[Token]) -> (u64, Vec<String>) {
 
 #[test]
 fn misuse_is_reported_once_per_sequence_and_rewrites_stay_quiet() {
+    let _serial = serial();
     // A repetitive stream: ngram-simple drafts and most drafts are accepted.
     let text: Vec<Token> = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12].repeat(30);
     // A run of one repeated token: `last` equals the tokens before it, so a
@@ -175,6 +189,7 @@ fn misuse_is_reported_once_per_sequence_and_rewrites_stay_quiet() {
 
 #[test]
 fn reset_stats_clears_the_misuse_count() {
+    let _serial = serial();
     let mut spec = Speculative::new(&Config::default()).unwrap();
     let prompt: Vec<Token> = (0..100).map(|i| i % 20).collect();
     spec.begin(&prompt);
@@ -187,6 +202,7 @@ fn reset_stats_clears_the_misuse_count() {
 
 #[test]
 fn an_empty_prompt_is_checked_like_any_other() {
+    let _serial = serial();
     let config = Config::new([Strategy::NgramSimple { n: 1, m: 4 }]);
     // Right: the history grows from nothing.
     let mut spec = Speculative::new(&config).unwrap();
