@@ -189,12 +189,13 @@ impl Budget {
     pub(crate) fn choose(&mut self, split: Split) -> Option<Choice> {
         self.plan.clear();
         self.plan.extend(self.slots.iter().map(|s| s.base));
+        let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
         let Some(base) = self.plan_secs(split) else {
             let none = Choice {
                 rows: 0,
                 level: 0,
                 break_even: 1.0,
-                tokens: float(self.slots.iter().filter(|s| s.room.is_some()).count()),
+                tokens: float(sequences),
             };
             return Some(none);
         };
@@ -203,7 +204,6 @@ impl Budget {
                 .then(a.seq.cmp(&b.seq))
                 .then(a.pos.cmp(&b.pos))
         });
-        let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
         let chunks = self.chunk_secs(split, base)?;
         let mut tokens = float(sequences);
         let decoding = base - chunks;
