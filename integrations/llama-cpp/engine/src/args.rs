@@ -44,6 +44,11 @@ pub fn help() -> String {
                          machine whose speed drifts, a kind's plain and
                          speculative times then come from the same minutes
                          (default 1)
+  --in-step              plain decoding and each set's decode on contexts of
+                         their own, one decoding step each in turn, on the
+                         replies of a first plain pass (not counted): their
+                         times come from the same moments of a machine whose
+                         speed drifts, for ratios steadier than --rounds alone
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -75,6 +80,8 @@ pub struct Args {
     pub sampler: Option<Sampler>,
     /// `--rounds`: plain and speculative decoding of each kind, alternated.
     pub rounds: usize,
+    /// `--in-step`: plain and speculative decoding step by step in turn.
+    pub in_step: bool,
 }
 
 /// Parses the arguments after the program's name.
@@ -85,6 +92,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut scopes = Scopes::Kind;
     let mut record = None;
     let mut rounds = 1;
+    let mut in_step = false;
     let (mut temperature, mut seed) = (0.0f32, 0u64);
     let common = cli::parse(it, |option, value| {
         match option {
@@ -115,6 +123,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .map_err(|_| format!("{option}: {v:?} is not a seed"))?;
             }
             "--rounds" => rounds = cli::positive(option, &value(option)?)?,
+            "--in-step" => in_step = true,
             "--record" => record = Some(PathBuf::from(value(option)?)),
             "--scopes" => {
                 scopes = match value(option)?.as_str() {
@@ -139,6 +148,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         scopes,
         record,
         rounds,
+        in_step,
         sampler: (temperature > 0.0).then(|| Sampler {
             temperature,
             seed,

@@ -5,11 +5,12 @@
 //! options.
 
 mod args;
+mod report;
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Summary, Tally};
+use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Tally};
 use selfspec_llama_cpp_engine::cost::{self, PassCurve};
 use selfspec_llama_cpp_engine::record;
 use selfspec_llama_cpp_engine::run::{self, Drafting, TurnDivergence};
@@ -143,11 +144,7 @@ fn run(args: &Args) -> Result<bool, Error> {
         flash_attention: args.flash_attention,
         kv_unified: args.kv_unified,
     };
-    let mut decoder = Decoder::new(&model, settings)?;
-    if !args.budget {
-        decoder = decoder.with_budget(None)?;
-    }
-    decoder = decoder.with_sampling(args.sampler);
+    let mut decoder = new_decoder(args, &model, settings)?;
     println!(
         "model: {} (vocabulary {}, trained context {}), loaded in {:.1} s; {} sequences of {} tokens, {} threads, flash attention {}, unified KV cache {}",
         path.display(),
@@ -190,8 +187,15 @@ fn run(args: &Args) -> Result<bool, Error> {
     }
     let bound = near_tie_bound(args, &mut decoder, &conversations)?;
     let mut sets = build_sets(args, &mut decoder)?;
+    // With --in-step, a context for each set beside plain decoding's.
+    let mut decoders = vec![decoder];
+    if args.in_step {
+        for _ in &sets {
+            decoders.push(new_decoder(args, &model, settings)?);
+        }
+    }
     let started = Instant::now();
-    let recorded = decode_all(args, &mut decoder, &conversations, &mut sets, bound)?;
+    let recorded = decode_all(args, &mut decoders, &conversations, &mut sets, bound)?;
     if let Some(path) = &args.record {
         record::write_workload(path, recorded.iter().flatten())?;
         let sessions = recorded.iter().flatten().count();
@@ -200,7 +204,21 @@ fn run(args: &Args) -> Result<bool, Error> {
             path.display()
         );
     }
-    report(args, &sets, bound, started.elapsed().as_secs_f64())
+    report::report(args, &sets, bound, started.elapsed().as_secs_f64())
+}
+
+/// A decoder of `settings` on `model`, with the budget and sampling the
+/// arguments ask for.
+fn new_decoder<'m>(
+    args: &Args,
+    model: &'m Model,
+    settings: Settings,
+) -> Result<Decoder<'m>, Error> {
+    let mut decoder = Decoder::new(model, settings)?;
+    if !args.budget {
+        decoder = decoder.with_budget(None)?;
+    }
+    Ok(decoder.with_sampling(args.sampler))
 }
 
 /// With several slots: what passes of S sequences cost as llama.cpp splits
@@ -243,17 +261,20 @@ fn print_shapes(decoder: &mut Decoder<'_>) -> Result<(), Error> {
 /// drafts on the sets' own memories, each later one on fresh copies of the
 /// sets, kept from one kind to the next as the first round's are. With
 /// `--record`, each conversation's plain replies of the first round as a
-/// workload line, in the conversations' order.
+/// workload line, in the conversations' order. With `--in-step`
+/// (`decoders` holds one for plain decoding, then one for each set), each
+/// kind is first decoded plainly once more, for the rounds' history.
 fn decode_all(
     args: &Args,
-    decoder: &mut Decoder<'_>,
+    decoders: &mut [Decoder<'_>],
     conversations: &[Conversation],
     sets: &mut [Set],
     bound: f32,
 ) -> Result<Vec<Option<String>>, Error> {
     let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
     // Plain decoding and every set each decode every turn once a round.
-    let mut progress = Progress::new(total * (sets.len() + 1) * args.rounds);
+    let passes = (sets.len() + 1) * args.rounds + usize::from(args.in_step);
+    let mut progress = Progress::new(total * passes);
     let mut recorded = vec![None; conversations.len()];
     // (a clone of a set drafts on the set's own memory: `Shared` is a handle)
     let drafts: Vec<Vec<DraftSet>> = (0..args.rounds)
@@ -274,15 +295,27 @@ fn decode_all(
             .enumerate()
             .filter(|(_, c)| c.kind == kind)
             .unzip();
+        let history = if args.in_step {
+            Some(history_pass(
+                args,
+                &mut decoders[0],
+                &kind,
+                &convs,
+                &mut progress,
+            )?)
+        } else {
+            None
+        };
         for (r, drafts) in drafts.iter().enumerate() {
             let round = Round {
                 kind: &kind,
                 convs: &convs,
                 drafts,
+                history: history.as_deref(),
             };
-            let plain = decode_round(args, decoder, &round, sets, bound, &mut progress)?;
+            let plain = decode_round(args, decoders, &round, sets, bound, &mut progress)?;
             if args.record.is_some() && r == 0 {
-                let family = decoder.model().family();
+                let family = decoders[0].model().family();
                 for (c, &i) in index.iter().enumerate() {
                     recorded[i] = record::session_line(convs[c], &plain, c, &family)?;
                 }
@@ -293,27 +326,70 @@ fn decode_all(
     Ok(recorded)
 }
 
+/// `--in-step`'s plain pass of one kind, not counted: its replies are the
+/// history of the kind's rounds.
+fn history_pass(
+    args: &Args,
+    decoder: &mut Decoder<'_>,
+    kind: &str,
+    convs: &[&Conversation],
+    progress: &mut Progress,
+) -> Result<Vec<Vec<String>>, Error> {
+    let pass = run::decode_pass(decoder, convs, args.common.max_tokens, None, None)?;
+    let turns: usize = convs.iter().map(|c| c.turns.len()).sum();
+    let generated = generated_tokens(&pass);
+    let speed = tps(generated, pass.decode_time);
+    progress.pass(kind, "history", turns, generated, speed);
+    Ok(run::reply_texts(decoder, &pass))
+}
+
 /// One kind's conversations in one round, and the sets that draft in it
 /// (one for each of the report's sets, in their order).
 struct Round<'a> {
     kind: &'a str,
     convs: &'a [&'a Conversation],
     drafts: &'a [DraftSet],
+    /// `--in-step`: the replies of the kind's history pass.
+    history: Option<&'a [Vec<String>]>,
 }
 
-/// One round of one kind: plain decoding, then each set's, tallied into
-/// the sets; the plain pass, for `--record`.
+/// One round of one kind, tallied into the sets: plain decoding, then each
+/// set's; or, with a history, all of them step by step in turn (a decoder
+/// each). Returns the plain pass, for `--record`.
 fn decode_round(
     args: &Args,
-    decoder: &mut Decoder<'_>,
+    decoders: &mut [Decoder<'_>],
     round: &Round<'_>,
     sets: &mut [Set],
     bound: f32,
     progress: &mut Progress,
 ) -> Result<run::Pass, Error> {
     let max_tokens = args.common.max_tokens;
-    let plain = run::decode_pass(decoder, round.convs, max_tokens, None, None)?;
-    let texts = run::reply_texts(decoder, &plain);
+    let drafting: Vec<Option<Drafting<'_>>> = std::iter::once(None)
+        .chain(round.drafts.iter().map(|set| {
+            Some(Drafting {
+                set,
+                scopes: args.scopes,
+            })
+        }))
+        .collect();
+    let mut passes = Vec::with_capacity(drafting.len());
+    if let Some(history) = round.history {
+        passes = run::decode_in_step(decoders, round.convs, max_tokens, history, &drafting)?;
+    } else {
+        let decoder = &mut decoders[0];
+        let plain = run::decode_pass(decoder, round.convs, max_tokens, None, None)?;
+        let texts = run::reply_texts(decoder, &plain);
+        passes.push(plain);
+        for d in &drafting[1..] {
+            let spec =
+                run::decode_pass(decoder, round.convs, max_tokens, Some(&texts), d.as_ref())?;
+            passes.push(spec);
+        }
+    }
+    let mut passes = passes.into_iter();
+    // (a pass for each decoding, plain decoding's first: never empty)
+    let plain = passes.next().expect("a plain pass");
     let turns: usize = round.convs.iter().map(|c| c.turns.len()).sum();
     let plain_generated = generated_tokens(&plain);
     progress.pass(
@@ -323,18 +399,7 @@ fn decode_round(
         plain_generated,
         tps(plain_generated, plain.decode_time),
     );
-    for (set, draft) in sets.iter_mut().zip(round.drafts) {
-        let drafting = Drafting {
-            set: draft,
-            scopes: args.scopes,
-        };
-        let spec = run::decode_pass(
-            decoder,
-            round.convs,
-            max_tokens,
-            Some(&texts),
-            Some(&drafting),
-        )?;
+    for (set, spec) in sets.iter_mut().zip(passes) {
         let d = run::tally_kind(
             &mut set.tally,
             round.kind,
@@ -375,78 +440,6 @@ fn generated_tokens(pass: &run::Pass) -> usize {
 /// Tokens per second, for progress lines.
 fn tps(tokens: usize, time: std::time::Duration) -> f64 {
     tokens as f64 / time.as_secs_f64().max(1e-9)
-}
-
-/// The draft budget's prices and expected tokens of each kind's
-/// speculative passes, and of all (nothing with the budget off).
-fn print_prices(by_kind: &[(String, Prices)]) {
-    let mut all = Prices::default();
-    for (_, p) in by_kind {
-        all.extend(p);
-    }
-    if all.line().is_none() {
-        return;
-    }
-    println!("the draft budget's pass prices against the measured passes:");
-    for (kind, p) in by_kind
-        .iter()
-        .map(|(k, p)| (k.as_str(), p))
-        .chain([("all", &all)])
-    {
-        if let Some(line) = p.line() {
-            println!("  {kind:<10} {line}");
-        }
-    }
-}
-
-fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, Error> {
-    let mut all: Vec<Summary> = Vec::new();
-    let mut ok = true;
-    for set in sets {
-        let label = set.set.label();
-        if args.rounds > 1 {
-            println!(
-                "\n{label} (parallel {}, {} rounds: each kind plain then speculative, \
-                 alternated; tokens and times summed):",
-                args.parallel, args.rounds
-            );
-        } else {
-            println!("\n{label} (parallel {}):", args.parallel);
-        }
-        let rows = set.tally.summaries(&label, Some(args.parallel));
-        conv::print_table(&mut std::io::stdout(), &rows).map_err(|source| conv::Error::Io {
-            path: "stdout".into(),
-            source,
-        })?;
-        all.extend(rows);
-        print_prices(&set.prices);
-        if args.sampler.is_some() {
-            println!(
-                "outputs against plain decoding: sampled, not compared token for token \
-                 (the identical and near-tie columns do not apply)"
-            );
-            continue;
-        }
-        for d in &set.divergences {
-            println!("  diverged: {} turn {}: {:?}", d.id, d.turn, d.divergence);
-        }
-        let near: usize = set
-            .divergences
-            .iter()
-            .filter(|d| matches!(d.divergence, conv::Divergence::NearTie { .. }))
-            .count();
-        let other = set.divergences.len() - near;
-        println!(
-            "outputs against plain decoding: {} diverged at a near tie (gap under {bound:.4}), {other} elsewhere",
-            near
-        );
-        ok &= other == 0;
-    }
-    println!("wall {wall:.1} s");
-    if let Some(path) = &args.common.json {
-        conv::write_json(path, &all)?;
-    }
-    Ok(ok)
 }
 
 fn main() -> ExitCode {

@@ -90,83 +90,177 @@ pub fn decode_pass(
     history: Option<&[Vec<String>]>,
     drafting: Option<&Drafting<'_>>,
 ) -> Result<Pass, Error> {
-    let model = decoder.model();
-    decoder.clear()?;
-    let mut pass = Pass {
-        replies: conversations
-            .iter()
-            .map(|c| vec![None; c.turns.len()])
-            .collect(),
-        prompts: conversations
-            .iter()
-            .map(|c| vec![Vec::new(); c.turns.len()])
-            .collect(),
-        decode_time: Duration::ZERO,
-        prices: crate::Prices::default(),
-    };
-    let mut texts: Vec<Vec<String>> = conversations.iter().map(|_| Vec::new()).collect();
-    let mut queue: VecDeque<usize> = (0..conversations.len()).collect();
-    let mut lanes: Vec<Option<Lane>> = (0..decoder.settings().sequences).map(|_| None).collect();
-    let mut finished: Vec<Finished> = Vec::new();
-    let start_time = decoder.counters().decode_time;
-    let _ = decoder.take_prices();
-    loop {
-        for (slot, lane) in lanes.iter_mut().enumerate() {
-            while lane.is_none() || !decoder.is_busy(slot) {
-                let (c, t) = match lane {
-                    Some(l) if l.turn < conversations[l.conversation].turns.len() => {
-                        (l.conversation, l.turn)
-                    }
-                    _ => match queue.pop_front() {
-                        // A new conversation starts from an empty cache: its
-                        // prefill must not depend on what the slot held.
-                        Some(c) => {
-                            decoder.forget(slot);
-                            (c, 0)
-                        }
-                        None => {
-                            *lane = None;
-                            break;
-                        }
-                    },
-                };
-                *lane = Some(Lane {
-                    conversation: c,
-                    turn: t,
-                });
-                let replies = history.map_or(&texts[c][..], |h| &h[c][..]);
-                let prompt =
-                    model.chat_prompt(&messages(&conversations[c].turns[..=t], replies))?;
-                let kind = &conversations[c].kind;
-                let spec = drafting.map(|d| d.speculative(kind)).transpose()?;
-                match decoder.start(slot, &prompt, max_tokens, spec) {
-                    Ok(()) => pass.prompts[c][t] = prompt,
-                    Err(Error::PromptTooLong { .. }) => {
-                        // skipped: this turn and the rest of the conversation
-                        *lane = None;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
+    let mut run = Run::new(decoder, conversations, max_tokens, history, drafting)?;
+    while run.advance(decoder)? {}
+    Ok(run.finish(decoder))
+}
+
+/// One pass of [`decode_pass`] for each decoder, all on the same
+/// conversations and `history`, advanced one decoding step each in turn
+/// (`drafting[i]` for `decoders[i]`), so that a machine whose speed drifts
+/// slows them alike: their decode times are each decoder's own steps.
+///
+/// # Errors
+///
+/// As [`decode_pass`]'s.
+pub fn decode_in_step(
+    decoders: &mut [Decoder<'_>],
+    conversations: &[&Conversation],
+    max_tokens: usize,
+    history: &[Vec<String>],
+    drafting: &[Option<Drafting<'_>>],
+) -> Result<Vec<Pass>, Error> {
+    let mut runs = decoders
+        .iter_mut()
+        .zip(drafting)
+        .map(|(d, drafting)| {
+            Run::new(
+                d,
+                conversations,
+                max_tokens,
+                Some(history),
+                drafting.as_ref(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut going = vec![true; runs.len()];
+    while going.iter().any(|&g| g) {
+        for ((run, decoder), going) in runs.iter_mut().zip(decoders.iter_mut()).zip(&mut going) {
+            if *going {
+                *going = run.advance(decoder)?;
             }
         }
-        if !decoder.any_busy() {
-            break;
+    }
+    Ok(runs
+        .into_iter()
+        .zip(decoders.iter_mut())
+        .map(|(run, decoder)| run.finish(decoder))
+        .collect())
+}
+
+/// A pass under way: which turn each slot decodes, what is left.
+struct Run<'c, 'h> {
+    conversations: &'c [&'c Conversation],
+    max_tokens: usize,
+    history: Option<&'h [Vec<String>]>,
+    drafting: Option<&'h Drafting<'h>>,
+    pass: Pass,
+    texts: Vec<Vec<String>>,
+    queue: VecDeque<usize>,
+    lanes: Vec<Option<Lane>>,
+    finished: Vec<Finished>,
+    start_time: Duration,
+}
+
+impl<'c, 'h> Run<'c, 'h> {
+    fn new(
+        decoder: &mut Decoder<'_>,
+        conversations: &'c [&'c Conversation],
+        max_tokens: usize,
+        history: Option<&'h [Vec<String>]>,
+        drafting: Option<&'h Drafting<'h>>,
+    ) -> Result<Self, Error> {
+        decoder.clear()?;
+        let _ = decoder.take_prices();
+        Ok(Run {
+            conversations,
+            max_tokens,
+            history,
+            drafting,
+            pass: Pass {
+                replies: conversations
+                    .iter()
+                    .map(|c| vec![None; c.turns.len()])
+                    .collect(),
+                prompts: conversations
+                    .iter()
+                    .map(|c| vec![Vec::new(); c.turns.len()])
+                    .collect(),
+                decode_time: Duration::ZERO,
+                prices: crate::Prices::default(),
+            },
+            texts: conversations.iter().map(|_| Vec::new()).collect(),
+            queue: (0..conversations.len()).collect(),
+            lanes: (0..decoder.settings().sequences).map(|_| None).collect(),
+            finished: Vec::new(),
+            start_time: decoder.counters().decode_time,
+        })
+    }
+
+    /// Starts the next turns on the free slots and, while any slot is
+    /// busy, decodes one step; false when the pass is over.
+    fn advance(&mut self, decoder: &mut Decoder<'_>) -> Result<bool, Error> {
+        for slot in 0..self.lanes.len() {
+            self.fill(decoder, slot)?;
         }
-        decoder.step(&mut finished)?;
-        for f in finished.drain(..) {
-            let Some(lane) = lanes[f.seq.index()].as_mut() else {
+        if !decoder.any_busy() {
+            return Ok(false);
+        }
+        decoder.step(&mut self.finished)?;
+        let model = decoder.model();
+        for f in self.finished.drain(..) {
+            let Some(lane) = self.lanes[f.seq.index()].as_mut() else {
                 continue;
             };
             let (c, t) = (lane.conversation, lane.turn);
-            texts[c].push(model.text(&f.reply.tokens));
-            pass.replies[c][t] = Some(f.reply);
+            self.texts[c].push(model.text(&f.reply.tokens));
+            self.pass.replies[c][t] = Some(f.reply);
             lane.turn += 1;
         }
+        Ok(true)
     }
-    pass.decode_time = decoder.counters().decode_time - start_time;
-    pass.prices = decoder.take_prices();
-    Ok(pass)
+
+    /// Gives `slot` its lane's next turn, or the next conversation.
+    fn fill(&mut self, decoder: &mut Decoder<'_>, slot: usize) -> Result<(), Error> {
+        let lane = &mut self.lanes[slot];
+        while lane.is_none() || !decoder.is_busy(slot) {
+            let (c, t) = match lane {
+                Some(l) if l.turn < self.conversations[l.conversation].turns.len() => {
+                    (l.conversation, l.turn)
+                }
+                _ => match self.queue.pop_front() {
+                    // A new conversation starts from an empty cache: its
+                    // prefill must not depend on what the slot held.
+                    Some(c) => {
+                        decoder.forget(slot);
+                        (c, 0)
+                    }
+                    None => {
+                        *lane = None;
+                        return Ok(());
+                    }
+                },
+            };
+            *lane = Some(Lane {
+                conversation: c,
+                turn: t,
+            });
+            let replies = self.history.map_or(&self.texts[c][..], |h| &h[c][..]);
+            let conversation = self.conversations[c];
+            let prompt = decoder
+                .model()
+                .chat_prompt(&messages(&conversation.turns[..=t], replies))?;
+            let spec = self
+                .drafting
+                .map(|d| d.speculative(&conversation.kind))
+                .transpose()?;
+            match decoder.start(slot, &prompt, self.max_tokens, spec) {
+                Ok(()) => self.pass.prompts[c][t] = prompt,
+                Err(Error::PromptTooLong { .. }) => {
+                    // skipped: this turn and the rest of the conversation
+                    *lane = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, decoder: &mut Decoder<'_>) -> Pass {
+        self.pass.decode_time = decoder.counters().decode_time - self.start_time;
+        self.pass.prices = decoder.take_prices();
+        self.pass
+    }
 }
 
 /// An upper bound of the longest cache a reply of `conversations` is
