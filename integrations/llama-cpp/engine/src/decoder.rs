@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use selfspec::step::{Decode, Finished, PassTimes, Sampler, SeqId, Stepper};
+use selfspec::step::{Decode, Finished, Pass, PassTimes, Sampler, SeqId, Stepper};
 use selfspec::Speculative;
 
 mod probe;
@@ -275,41 +275,21 @@ impl<'m> Decoder<'m> {
 
     /// Counts the last step and splits its time.
     fn account(&mut self, elapsed: Duration) {
-        if let Some(pass) = self.stepper.last_pass() {
-            self.prices.record(&pass);
+        for (decoding, &got) in self.decoding.iter_mut().zip(&self.got) {
+            // The prompt's last chunk chose the first token.
+            *decoding |= got > 0;
         }
-        let (mut prompt_rows, mut decode_rows) = (0, 0);
-        for (slot, decoding) in self.decoding.iter_mut().enumerate() {
-            // The stepper's pass (a failed step leaves the last one's).
-            let rows = if self.stepper.last_pass().is_some() {
-                self.target.last_rows(SeqId::new(slot))
-            } else {
-                0
-            };
-            if *decoding {
-                decode_rows += rows;
-            } else {
-                prompt_rows += rows;
-                // The prompt's last chunk chose the first token.
-                *decoding = self.got[slot] > 0;
-            }
-        }
-        let c = &mut self.counters;
-        if decode_rows == 0 && prompt_rows > 0 {
-            c.prefill_steps += 1;
-            c.prefill_time += elapsed;
+        let Some(pass) = self.stepper.last_pass() else {
             return;
-        }
-        if decode_rows > 0 {
+        };
+        self.prices.record(&pass);
+        let c = &mut self.counters;
+        let prefill = prefill_part(&pass, elapsed);
+        if pass.prompt_rows > 0 && pass.prompt_rows >= pass.rows {
+            c.prefill_steps += 1;
+        } else {
             c.steps += 1;
-        }
-        let mut prefill = Duration::ZERO;
-        if let (Some(pass), true) = (self.stepper.last_pass(), prompt_rows > 0 && decode_rows > 0) {
-            // A shared pass: split by rows (on the CPU a pass's cost grows
-            // about linearly with its rows).
-            c.shared_steps += 1;
-            let share = prompt_rows as f64 / (prompt_rows + decode_rows) as f64;
-            prefill = pass.duration.mul_f64(share).min(elapsed);
+            c.shared_steps += usize::from(pass.prompt_rows > 0);
         }
         c.prefill_time += prefill;
         c.decode_time += elapsed - prefill;
@@ -358,6 +338,22 @@ impl<'m> Decoder<'m> {
 
 /// A stepper over `target` that ends replies at the model's
 /// end-of-generation tokens, with the draft budget on `times` when given.
+/// The part of a step's `elapsed` time that was prefill: all of it for a
+/// pass of prompt rows only, none for a pass without (a filler row that
+/// keeps a split pass in one computation, an idle slot's between busy
+/// ones, is decoding's cost), the prompt rows' share by rows of a shared
+/// pass (on the CPU a pass's cost grows about linearly with its rows).
+fn prefill_part(pass: &Pass, elapsed: Duration) -> Duration {
+    if pass.prompt_rows == 0 {
+        Duration::ZERO
+    } else if pass.prompt_rows >= pass.rows {
+        elapsed
+    } else {
+        let share = pass.prompt_rows as f64 / pass.rows as f64;
+        pass.duration.mul_f64(share).min(elapsed)
+    }
+}
+
 fn stepper(
     model: &Model,
     target: &LlamaTarget<'_>,
@@ -368,4 +364,33 @@ fn stepper(
         Some(times) => stepper.with_budget(times),
         None => stepper,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steps_prefill_part_as_a_table() {
+        let ms = Duration::from_millis;
+        // (rows, prompt rows, pass duration, step time, prefill part)
+        let cases = [
+            // plain decoding, and a filler row between busy slots
+            (4, 0, 30, 31, 0),
+            (3, 0, 29, 30, 0),
+            // prompt rows only
+            (63, 63, 300, 302, 302),
+            // shared: the prompt rows' share of the pass
+            (64, 48, 200, 210, 150),
+            // never more than the step took
+            (2, 1, 40, 10, 10),
+        ];
+        for (i, &(rows, prompt_rows, took, elapsed, want)) in cases.iter().enumerate() {
+            let mut pass = Pass::default();
+            pass.rows = rows;
+            pass.prompt_rows = prompt_rows;
+            pass.duration = ms(took);
+            assert_eq!(prefill_part(&pass, ms(elapsed)), ms(want), "case {i}");
+        }
+    }
 }
