@@ -97,8 +97,9 @@ pub fn decode_pass(
 
 /// One pass of [`decode_pass`] for each decoder, all on the same
 /// conversations and `history`, advanced one decoding step each in turn
-/// (`drafting[i]` for `decoders[i]`), so that a machine whose speed drifts
-/// slows them alike: their decode times are each decoder's own steps.
+/// (`drafting[i]` for `decoders[i]`; a pass for each pair, so as many as
+/// the shorter of the two), so that a machine whose speed drifts slows
+/// them alike: their decode times are each decoder's own steps.
 ///
 /// # Errors
 ///
