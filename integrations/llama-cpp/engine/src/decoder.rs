@@ -285,7 +285,7 @@ impl<'m> Decoder<'m> {
         self.prices.record(&pass);
         let c = &mut self.counters;
         let prefill = prefill_part(&pass, elapsed);
-        if pass.prompt_rows > 0 && pass.prompt_rows >= pass.rows {
+        if prompt_only(&pass) {
             c.prefill_steps += 1;
         } else {
             c.steps += 1;
@@ -336,24 +336,29 @@ impl<'m> Decoder<'m> {
     }
 }
 
-/// A stepper over `target` that ends replies at the model's
-/// end-of-generation tokens, with the draft budget on `times` when given.
 /// The part of a step's `elapsed` time that was prefill: all of it for a
 /// pass of prompt rows only, none for a pass without (a filler row that
 /// keeps a split pass in one computation, an idle slot's between busy
 /// ones, is decoding's cost), the prompt rows' share by rows of a shared
 /// pass (on the CPU a pass's cost grows about linearly with its rows).
 fn prefill_part(pass: &Pass, elapsed: Duration) -> Duration {
-    if pass.prompt_rows == 0 {
-        Duration::ZERO
-    } else if pass.prompt_rows >= pass.rows {
+    if prompt_only(pass) {
         elapsed
+    } else if pass.prompt_rows == 0 {
+        Duration::ZERO
     } else {
         let share = pass.prompt_rows as f64 / pass.rows as f64;
         pass.duration.mul_f64(share).min(elapsed)
     }
 }
 
+/// Whether every row of `pass` was a prompt's.
+fn prompt_only(pass: &Pass) -> bool {
+    pass.prompt_rows > 0 && pass.prompt_rows >= pass.rows
+}
+
+/// A stepper over `target` that ends replies at the model's
+/// end-of-generation tokens, with the draft budget on `times` when given.
 fn stepper(
     model: &Model,
     target: &LlamaTarget<'_>,

@@ -373,20 +373,20 @@ fn decode_round(
             })
         }))
         .collect();
-    let mut passes = Vec::with_capacity(drafting.len());
-    if let Some(history) = round.history {
-        passes = run::decode_in_step(decoders, round.convs, max_tokens, history, &drafting)?;
+    let passes = if let Some(history) = round.history {
+        run::decode_in_step(decoders, round.convs, max_tokens, history, &drafting)?
     } else {
         let decoder = &mut decoders[0];
         let plain = run::decode_pass(decoder, round.convs, max_tokens, None, None)?;
         let texts = run::reply_texts(decoder, &plain);
-        passes.push(plain);
+        let mut passes = vec![plain];
         for d in &drafting[1..] {
             let spec =
                 run::decode_pass(decoder, round.convs, max_tokens, Some(&texts), d.as_ref())?;
             passes.push(spec);
         }
-    }
+        passes
+    };
     let mut passes = passes.into_iter();
     // (a pass for each decoding, plain decoding's first: never empty)
     let plain = passes.next().expect("a plain pass");
