@@ -239,7 +239,7 @@ impl Stepper {
     /// per unit of pass time, and none when no draft pays. A pass is
     /// priced as the target computes it ([`Target::split`]): for a target
     /// that computes it whole, from `times`, which learns from every pass
-    /// the stepper makes without a prompt chunk (start with [`PassTimes::new`], or one seeded with
+    /// the stepper makes (start with [`PassTimes::new`], or one seeded with
     /// a measured [`PassCurve`]); for one that splits it by sequence, from
     /// a cost per computation, row and sequence of several rows learned
     /// the same way. Where passes split by runs of sequences, the budget

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::reply::{Finished, Sampling, Stop, TokenEvent};
 use super::sequence::Phase;
-use super::target::{Kept, SeqId, Target};
+use super::target::{Kept, SeqId, Split, Target};
 use super::{Pass, StepError, Stepper};
 
 impl Stepper {
@@ -58,13 +58,12 @@ impl Stepper {
             .filter(|s| s.joining())
             .map(|s| s.rows)
             .sum();
-        // The budget learns from decoding passes only: a prompt chunk's
-        // rows cost differently (and a simulated target may not charge
-        // them at all). In a split pass's linear fit a chunk of hundreds
-        // of rows would also outweigh every decoding pass, and its cost
-        // per row would price every draft row and the one-row passes at a
-        // batch's tail (BENCHMARKS.md, "Prompt chunks and the split fit").
-        if let (Some(budget), 0) = (&mut self.budget, prompt_rows) {
+        // A whole pass's curve learns from decoding passes only: a prompt
+        // chunk's rows cost differently (and a simulated target may not
+        // charge them at all). A split pass's fit counts a chunk as the
+        // computation of several rows a sequence it is.
+        let whole = matches!(self.split, Split::Whole { .. });
+        if let (Some(budget), true) = (&mut self.budget, prompt_rows == 0 || !whole) {
             let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
             budget.record(self.split, rows, took);
         }

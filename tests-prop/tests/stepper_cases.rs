@@ -403,11 +403,9 @@ fn a_target_without_logits_cannot_sample() {
 fn the_budget_prices_each_pass_and_its_tokens_before_it_runs() {
     use selfspec::step::{PassTimes, Split};
     // (split, the largest median error of the price allowed): a computation
-    // costs 2 ms and 0.1 ms a decoding row, which both models can learn
-    // exactly (a whole pass's curve by its measured sizes, a split pass's
-    // linear fit everywhere); prices of sizes not measured yet read cheap.
-    // A prompt chunk's rows cost 0.01 ms each: a model that learned from
-    // them would price decoding rows too cheap.
+    // costs 2 ms and 0.1 ms a row, which both models can learn exactly
+    // (a whole pass's curve by its measured sizes, a split pass's linear
+    // fit everywhere); prices of sizes not measured yet read cheap.
     let cases = [
         (Split::Whole { ubatch: usize::MAX }, 0.01),
         (Split::PerSequence, 0.01),
@@ -416,7 +414,6 @@ fn the_budget_prices_each_pass_and_its_tokens_before_it_runs() {
     for (split, bound) in cases {
         let mut target = Mock::new(3, 512, VOCAB, 64);
         target.cost = Some((2000.0, 100.0));
-        target.quiet_row = Some(10.0);
         target.split = split;
         let mut stepper = Stepper::new(&target).unwrap().with_budget(PassTimes::new());
         for s in 0..3 {

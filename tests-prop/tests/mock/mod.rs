@@ -62,15 +62,9 @@ pub struct Mock {
     /// Simulated pass times: `fixed + per_row * rows` microseconds a
     /// computation.
     pub cost: Option<(f64, f64)>,
-    /// When set, what a row whose logits are not read (a prompt chunk's
-    /// rows before its last) costs instead of `per_row`: a real target
-    /// computes a long chunk's rows at a lower cost each.
-    pub quiet_row: Option<f64>,
     /// How passes split into computations (each charged `fixed`).
     pub split: Split,
     last_rows: usize,
-    /// Rows of the last pass whose logits are not read.
-    last_quiet: usize,
     /// Computations of the last pass.
     last_parts: usize,
     /// Rows a sequence of the last pass (scratch).
@@ -93,10 +87,8 @@ impl Mock {
             fail_at: None,
             rows_evaluated: 0,
             cost: None,
-            quiet_row: None,
             split: Split::Whole { ubatch: usize::MAX },
             last_rows: 0,
-            last_quiet: 0,
             last_parts: 0,
             per_seq: vec![0; sequences],
         }
@@ -149,7 +141,6 @@ impl Target for Mock {
         }
         self.rows_evaluated += batch.len();
         self.last_rows = batch.len();
-        self.last_quiet = batch.rows().iter().filter(|r| !r.output).count();
         self.per_seq.fill(0);
         for row in batch.rows() {
             self.per_seq[row.seq.index()] += 1;
@@ -164,11 +155,8 @@ impl Target for Mock {
 
     fn pass_time(&self) -> Option<std::time::Duration> {
         let (fixed, per_row) = self.cost?;
-        let quiet = self.last_quiet as f64;
-        let rows =
-            per_row * (self.last_rows as f64 - quiet) + self.quiet_row.unwrap_or(per_row) * quiet;
         Some(std::time::Duration::from_secs_f64(
-            (fixed * self.last_parts as f64 + rows) * 1e-6,
+            (fixed * self.last_parts as f64 + per_row * self.last_rows as f64) * 1e-6,
         ))
     }
 
