@@ -175,6 +175,17 @@ pub trait Drafter: Send + fmt::Debug {
     fn probabilities(&self) -> &[f64] {
         &[]
     }
+
+    /// What the drafter's [`probabilities`](Drafter::probabilities) are
+    /// learned over, when it learns them from an engine-wide memory: a
+    /// number of that memory's own (each scope of a
+    /// [`Shared`](crate::Shared) has one). The stepper's draft budget
+    /// corrects estimates by what it measured separately for each, so that
+    /// one scope's traffic does not shorten or lengthen another's drafts.
+    /// `None` (the default): one correction for every drafter of this name.
+    fn estimates_source(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -216,5 +227,8 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
     }
     fn probabilities(&self) -> &[f64] {
         (**self).probabilities()
+    }
+    fn estimates_source(&self) -> Option<u64> {
+        (**self).estimates_source()
     }
 }

@@ -303,3 +303,33 @@ fn scopes_asked_for_and_never_drafted_on_are_forgotten_too() {
     assert!(shared.scope_names().contains(&"user-99999".to_string()));
     assert!(!shared.scope_names().contains(&"user-0".to_string()));
 }
+
+/// The stepper's draft budget corrects a drafter's acceptance estimates
+/// per source: recall on each scope is a source of its own, so what one
+/// tenant's drafts taught the budget does not size another's.
+#[test]
+fn each_scope_is_a_source_of_estimates_of_its_own() {
+    let config = Config::recommended();
+    let shared = Shared::new(&config).unwrap();
+    let source = |scope: &Shared| {
+        let spec = Speculative::with_shared(&config, scope).unwrap();
+        spec.drafter(0).and_then(|d| d.estimates_source())
+    };
+    let (a, b) = (shared.scope("tenant-a"), shared.scope("tenant-b"));
+    let of_a = source(&a);
+    assert!(of_a.is_some(), "recall names its source");
+    // (case, scope, whether it is A's source)
+    let cases = [
+        ("A again", &a, true),
+        ("A's scope asked for again", &shared.scope("tenant-a"), true),
+        ("B", &b, false),
+        ("the root scope", &shared, false),
+    ];
+    for (case, scope, same) in cases {
+        assert_eq!(source(scope) == of_a, same, "{case}");
+    }
+    // Without an engine-wide memory there is nothing to tell apart.
+    let ngram = Config::new([Strategy::NgramMod { n: 8 }]);
+    let spec = Speculative::new(&ngram).unwrap();
+    assert_eq!(spec.drafter(0).and_then(|d| d.estimates_source()), None);
+}

@@ -26,8 +26,15 @@ const PRIOR: f64 = 8.0;
 /// correction follows a change of traffic within a few hundred tokens.
 const MEMORY: f64 = 256.0;
 
-/// Per drafter name and kind of decoding (greedy, sampled): each bucket's
-/// verified and accepted tokens.
+/// Corrections kept apart by source (a drafter's memory: a scope), at most:
+/// past them, a source shares its drafter's correction for sources not
+/// kept apart. Each is 10 buckets and a name (about 200 bytes).
+const SOURCES: usize = 1024;
+
+/// Per drafter name, source of its estimates (see
+/// [`Drafter::estimates_source`](crate::Drafter::estimates_source)) and
+/// kind of decoding (greedy, sampled): each bucket's verified and accepted
+/// tokens.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Calibration {
     drafters: Vec<Entry>,
@@ -36,6 +43,7 @@ pub(crate) struct Calibration {
 #[derive(Clone, Debug)]
 struct Entry {
     name: String,
+    source: Option<u64>,
     sampled: bool,
     buckets: [Bucket; BUCKETS],
 }
@@ -55,30 +63,44 @@ fn bucket(p: f64) -> usize {
 }
 
 impl Calibration {
-    fn entry(&mut self, name: &str, sampled: bool) -> &mut [Bucket; BUCKETS] {
-        let i = match self
-            .drafters
+    fn find(&self, name: &str, source: Option<u64>, sampled: bool) -> Option<usize> {
+        self.drafters
             .iter()
-            .position(|e| e.name == name && e.sampled == sampled)
-        {
+            .position(|e| e.source == source && e.sampled == sampled && e.name == name)
+    }
+
+    /// The buckets of `name` on `source`, or of `name` on no source when
+    /// `source`'s are not kept (past [`SOURCES`]).
+    fn entry(&mut self, name: &str, source: Option<u64>, sampled: bool) -> &mut [Bucket; BUCKETS] {
+        let i = match self.find(name, source, sampled) {
             Some(i) => i,
-            None => {
-                self.drafters.push(Entry {
-                    name: name.to_string(),
-                    sampled,
-                    buckets: [Bucket::default(); BUCKETS],
-                });
-                self.drafters.len() - 1
-            }
+            None => self.add(name, source, sampled),
         };
         &mut self.drafters[i].buckets
     }
 
-    /// Makes `name`'s tables, greedy and sampled (when a request starts: a
-    /// step then finds them).
-    pub(crate) fn register(&mut self, name: &str) {
-        self.entry(name, false);
-        self.entry(name, true);
+    fn add(&mut self, name: &str, source: Option<u64>, sampled: bool) -> usize {
+        // Past SOURCES sources (two entries each), a new one shares the
+        // correction of sources not kept apart.
+        let kept = self.drafters.iter().filter(|e| e.source.is_some()).count();
+        let source = source.filter(|_| kept < 2 * SOURCES);
+        if let Some(i) = self.find(name, source, sampled) {
+            return i;
+        }
+        self.drafters.push(Entry {
+            name: name.to_string(),
+            source,
+            sampled,
+            buckets: [Bucket::default(); BUCKETS],
+        });
+        self.drafters.len() - 1
+    }
+
+    /// Makes the tables of `name` on `source`, greedy and sampled (when a
+    /// request starts: a step then finds them).
+    pub(crate) fn register(&mut self, name: &str, source: Option<u64>) {
+        self.entry(name, source, false);
+        self.entry(name, source, true);
     }
 
     /// Appends to `out` each of `estimates` corrected by what was measured
@@ -86,11 +108,12 @@ impl Calibration {
     pub(crate) fn correct(
         &mut self,
         name: &str,
+        source: Option<u64>,
         sampled: bool,
         estimates: &[f64],
         out: &mut Vec<f64>,
     ) {
-        let buckets = self.entry(name, sampled);
+        let buckets = self.entry(name, source, sampled);
         out.extend(estimates.iter().map(|&p| {
             let b = buckets[bucket(p)];
             (b.accepted + PRIOR * p.clamp(0.0, 1.0)) / (b.tried + PRIOR)
@@ -100,8 +123,15 @@ impl Calibration {
     /// A draft whose tokens had `estimates` was verified: its first
     /// `accepted` tokens kept, the one after them (if any) refused; the
     /// tokens after a refused one were not tried.
-    pub(crate) fn record(&mut self, name: &str, sampled: bool, estimates: &[f64], accepted: usize) {
-        let buckets = self.entry(name, sampled);
+    pub(crate) fn record(
+        &mut self,
+        name: &str,
+        source: Option<u64>,
+        sampled: bool,
+        estimates: &[f64],
+        accepted: usize,
+    ) {
+        let buckets = self.entry(name, source, sampled);
         for (i, &p) in estimates.iter().enumerate().take(accepted + 1) {
             let b = &mut buckets[bucket(p)];
             if b.tried >= MEMORY {
@@ -122,7 +152,7 @@ mod tests {
 
     fn corrected(c: &mut Calibration, name: &str, sampled: bool, p: f64) -> f64 {
         let mut out = Vec::new();
-        c.correct(name, sampled, &[p], &mut out);
+        c.correct(name, None, sampled, &[p], &mut out);
         out[0]
     }
 
@@ -133,7 +163,7 @@ mod tests {
         assert!((corrected(&mut c, "recall", false, 0.9) - 0.9).abs() < 1e-12);
         // Estimates of 0.9 that came true one time in five.
         for _ in 0..200 {
-            c.record("recall", true, &[0.95, 0.9], 0);
+            c.record("recall", None, true, &[0.95, 0.9], 0);
         }
         let p = corrected(&mut c, "recall", true, 0.9);
         assert!((0.0..0.1).contains(&p), "{p}");
@@ -150,7 +180,7 @@ mod tests {
         }
         // Only the tokens up to the first refused one are counted.
         let mut d = Calibration::default();
-        d.record("r", false, &[0.15, 0.15, 0.15, 0.15], 1);
+        d.record("r", None, false, &[0.15, 0.15, 0.15, 0.15], 1);
         let b = d.drafters[0].buckets[1];
         assert_eq!((b.tried, b.accepted), (2.0, 1.0));
     }
@@ -159,12 +189,43 @@ mod tests {
     fn follows_a_change_of_traffic() {
         let mut c = Calibration::default();
         for _ in 0..1000 {
-            c.record("r", false, &[0.85], 0);
+            c.record("r", None, false, &[0.85], 0);
         }
         for _ in 0..600 {
-            c.record("r", false, &[0.85], 1);
+            c.record("r", None, false, &[0.85], 1);
         }
         let p = corrected(&mut c, "r", false, 0.85);
         assert!(p > 0.8, "{p}");
+    }
+
+    #[test]
+    fn keeps_sources_apart_up_to_its_bound() {
+        let at = |c: &mut Calibration, source| {
+            let mut out = Vec::new();
+            c.correct("recall", source, false, &[0.9], &mut out);
+            out[0]
+        };
+        let mut c = Calibration::default();
+        // One scope's estimates of 0.9 come true one time in ten.
+        for _ in 0..200 {
+            c.record("recall", Some(1), false, &[0.9], 0);
+        }
+        assert!(at(&mut c, Some(1)) < 0.2);
+        // (case, source, expected): another scope and no scope keep their own.
+        for (case, source) in [("another scope", Some(2)), ("no scope", None)] {
+            let got = at(&mut c, source);
+            assert!((got - 0.9).abs() < 1e-12, "{case}: {got}");
+        }
+        // Past the bound, a new source shares the correction of no source.
+        for id in 10..10 + 2 * SOURCES as u64 {
+            c.register("recall", Some(id));
+        }
+        let kept = c.drafters.len();
+        assert!(kept <= 2 * SOURCES + 2, "{kept} entries");
+        for _ in 0..200 {
+            c.record("recall", Some(999_999), false, &[0.9], 0);
+        }
+        assert_eq!(c.drafters.len(), kept, "an entry past the bound");
+        assert!(at(&mut c, None) < 0.2);
     }
 }

@@ -141,9 +141,10 @@ impl Budget {
     /// Makes the tables of `spec`'s drafters, so that no step allocates
     /// them when a drafter drafts for the first time.
     pub(crate) fn register(&mut self, spec: &crate::Speculative) {
-        for d in spec.stats() {
+        for (i, d) in spec.stats().iter().enumerate() {
+            let source = spec.drafter(i).and_then(|d| d.estimates_source());
             self.acceptance.register(&d.name);
-            self.calibration.register(&d.name);
+            self.calibration.register(&d.name, source);
         }
     }
 
@@ -369,13 +370,13 @@ impl Budget {
     /// acceptance measured by position for a drafter without estimates.
     pub(crate) fn estimate(&mut self, spec: &crate::Speculative, len: usize, sampled: bool) {
         self.probabilities.clear();
-        let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) else {
+        let Some((d, source)) = drafted_by(spec) else {
             return;
         };
         let own = spec.draft_probabilities();
         if own.len() == len {
             self.calibration
-                .correct(&d.name, sampled, own, &mut self.probabilities);
+                .correct(&d.name, source, sampled, own, &mut self.probabilities);
         } else {
             self.acceptance
                 .estimates(&d.name, len, &mut self.probabilities);
@@ -395,13 +396,13 @@ impl Budget {
         if verified == 0 {
             return;
         }
-        let Some(d) = spec.drafted_by().and_then(|d| spec.stats().get(d)) else {
+        let Some((d, source)) = drafted_by(spec) else {
             return;
         };
         let own = spec.draft_probabilities();
         if own.len() >= verified {
             self.calibration
-                .record(&d.name, sampled, &own[..verified], accepted);
+                .record(&d.name, source, sampled, &own[..verified], accepted);
         } else {
             self.acceptance.record(&d.name, verified, accepted);
         }
@@ -443,6 +444,14 @@ impl Budget {
                 .record(counts(&self.parts), took.as_secs_f64());
         }
     }
+}
+
+/// The stats of the drafter that made `spec`'s last draft, and the source
+/// of its estimates.
+fn drafted_by(spec: &crate::Speculative) -> Option<(&crate::DrafterStats, Option<u64>)> {
+    let d = spec.drafted_by()?;
+    let source = spec.drafter(d).and_then(|d| d.estimates_source());
+    Some((spec.stats().get(d)?, source))
 }
 
 /// A split pass's [`Counts`]: computations, rows, and sequences in

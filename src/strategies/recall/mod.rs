@@ -288,6 +288,10 @@ impl Drafter for Recall {
         &self.work.probabilities
     }
 
+    fn estimates_source(&self) -> Option<u64> {
+        Some(self.session.memory().id())
+    }
+
     /// A clone (see [`Recall`]): the child shares the engine-wide memory,
     /// copies the rest (nothing is re-indexed) and publishes only the
     /// tokens it adds.

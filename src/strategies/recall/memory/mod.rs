@@ -94,7 +94,13 @@ pub struct RecallMemory {
     /// What counts this memory's heap for its engine, if anything does (a
     /// std lock: outside the protocol `--cfg loom` checks).
     meter: std::sync::Mutex<Option<std::sync::Arc<dyn HeapMeter>>>,
+    /// This memory's number, unique in the process (see [`id`](Self::id)).
+    id: u64,
 }
+
+/// The next memory's [`id`](RecallMemory::id) (a std atomic: outside the
+/// protocol `--cfg loom` checks).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl RecallMemory {
     /// A memory of at most `budget` bytes: the largest power of two of tokens
@@ -117,7 +123,17 @@ impl RecallMemory {
             requests: AtomicU64::new(0),
             bookkeeping: AtomicU64::new(0),
             meter: std::sync::Mutex::new(None),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// A number no other memory of the process has (each scope of a
+    /// `Shared` holds a memory of its own): what recall's estimates are
+    /// learned over, for the stepper's draft budget
+    /// ([`Drafter::estimates_source`](crate::Drafter::estimates_source)).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Tokens it can hold; older ones are forgotten first.
