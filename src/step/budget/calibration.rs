@@ -11,6 +11,11 @@
 //! acceptance, measured over the drafted tokens verified there, replaces
 //! it once there are enough of them.
 
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+
+use crate::index::hash::FastHash;
 use crate::int::float;
 
 /// Buckets of estimated probability, equally wide.
@@ -38,13 +43,14 @@ const SOURCES: usize = 1024;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Calibration {
     drafters: Vec<Entry>,
+    /// The entries of each source and kind of decoding, by index: a step
+    /// finds its drafter's without a scan over every scope's.
+    by_source: HashMap<(Option<u64>, bool), SmallVec<[usize; 2]>, FastHash>,
 }
 
 #[derive(Clone, Debug)]
 struct Entry {
     name: String,
-    source: Option<u64>,
-    sampled: bool,
     buckets: [Bucket; BUCKETS],
 }
 
@@ -64,9 +70,11 @@ fn bucket(p: f64) -> usize {
 
 impl Calibration {
     fn find(&self, name: &str, source: Option<u64>, sampled: bool) -> Option<usize> {
-        self.drafters
+        let entries = self.by_source.get(&(source, sampled))?;
+        entries
             .iter()
-            .position(|e| e.source == source && e.sampled == sampled && e.name == name)
+            .copied()
+            .find(|&i| self.drafters[i].name == name)
     }
 
     /// The buckets of `name` on `source`, or of `name` on no source when
@@ -80,20 +88,19 @@ impl Calibration {
     }
 
     fn add(&mut self, name: &str, source: Option<u64>, sampled: bool) -> usize {
-        // Past SOURCES sources (two entries each), a new one shares the
-        // correction of sources not kept apart.
-        let kept = self.drafters.iter().filter(|e| e.source.is_some()).count();
-        let source = source.filter(|_| kept < 2 * SOURCES);
+        // Past SOURCES sources (a key each for greedy and sampled), a new
+        // one shares the correction of sources not kept apart.
+        let source = source.filter(|_| self.by_source.len() < 2 * SOURCES);
         if let Some(i) = self.find(name, source, sampled) {
             return i;
         }
+        let i = self.drafters.len();
         self.drafters.push(Entry {
             name: name.to_string(),
-            source,
-            sampled,
             buckets: [Bucket::default(); BUCKETS],
         });
-        self.drafters.len() - 1
+        self.by_source.entry((source, sampled)).or_default().push(i);
+        i
     }
 
     /// Makes the tables of `name` on `source`, greedy and sampled (when a
