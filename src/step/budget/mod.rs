@@ -95,7 +95,9 @@ pub(crate) struct Choice {
     /// draft's first ones and padding after them (instead of `rows`), so
     /// that a pass that splits by sequence stays one computation.
     pub level: usize,
-    /// The acceptance probability at which one more draft row breaks even.
+    /// The acceptance probability at which one more row of a draft that
+    /// is sent breaks even (past the row that opens a draft: see
+    /// [`Budget::next_row_secs`]).
     pub break_even: f64,
     /// The tokens the plan is expected to give: one for each decoding
     /// sequence and the `q` of each draft row sent.
@@ -303,10 +305,16 @@ impl Budget {
     }
 
     /// What one more draft row adds to the time of the plan chosen (the
-    /// next candidate's, or the first decoding sequence's).
+    /// next candidate's sequence, or the first decoding sequence's), past
+    /// the row that opens that sequence's draft. The opening row carries
+    /// the fixed costs of a wider sequence (a computation of its own
+    /// where a pass splits by sequence): [`choose`](Budget::choose) weighs
+    /// those against the whole draft. Priced into the drafters' stopping
+    /// point, they would stop every draft before the rows that pay for
+    /// them, and a budget that was sent no long draft would never choose
+    /// one.
     fn next_row_secs(&mut self, split: Split, best: (usize, usize)) -> Option<f64> {
         self.chosen(best);
-        let now = self.plan_secs(split)?;
         let next = match self.candidates.get(best.0) {
             Some(c) if best.1 == 0 => crate::int::ix32(c.seq),
             _ => self
@@ -315,6 +323,11 @@ impl Budget {
                 .position(|s| s.room.is_some())
                 .unwrap_or(0),
         };
+        let opened = self.slots.get(next).map_or(0, |s| s.base + 1);
+        if let Some(p) = self.plan.get_mut(next) {
+            *p = (*p).max(opened);
+        }
+        let now = self.plan_secs(split)?;
         if let Some(p) = self.plan.get_mut(next) {
             *p += 1;
         }

@@ -162,3 +162,30 @@ fn the_break_even_follows_the_row_cost() {
     let (cheap, dear) = (cheap.choose(WHOLE).unwrap(), dear.choose(WHOLE).unwrap());
     assert!(cheap.break_even < dear.break_even, "{cheap:?} vs {dear:?}");
 }
+
+#[test]
+fn the_drafters_stop_where_a_row_of_a_sent_draft_stops_paying() {
+    // Computations of 10 ms and 1 ms a row. Where a pass splits by
+    // sequence, a draft's first row opens a computation (11 ms): priced
+    // into the drafters' stopping point, it would stop every draft
+    // before the rows that pay for it. Its next rows cost 1 ms each,
+    // beside four sequences' 4 tokens in 14 ms: break-even 4/14 (each
+    // sequence a computation: 4 tokens in 44 ms).
+    // (split, each sequence's draft, expected break-even)
+    let four: &[&[f64]] = &[&[0.05], &[], &[], &[]];
+    let cases: &[(Split, &[&[f64]], f64)] = &[
+        (RUNS, four, 4.0 / 14.0),
+        (WHOLE, four, 4.0 / 14.0),
+        (Split::PerSequence, four, 4.0 / 44.0),
+    ];
+    for (i, &(split, d, want)) in cases.iter().enumerate() {
+        let mut b = budget(10.0, 1.0);
+        drafts(&mut b, d);
+        let c = b.choose(split).unwrap();
+        assert_eq!(c.rows, 0, "case {i}: {c:?}");
+        assert!(
+            (c.break_even - want).abs() < 0.02,
+            "case {i}: {c:?}, {want}"
+        );
+    }
+}
