@@ -2,7 +2,7 @@
 //! room it has, sized by the budget when there is one), its rows, then the
 //! prompt chunks of joining sequences.
 
-use super::budget::{Budget, Slot};
+use super::budget::{Budget, Load, Slot};
 use super::reply::Sampling;
 use super::sequence::{Live, Phase, Sequence};
 use super::target::{Row, SeqId, Split};
@@ -30,6 +30,15 @@ impl Sequence {
     /// Tokens to evaluate again before `last` (after a checkpoint restore).
     fn pending(&self) -> usize {
         self.tokens.len() - self.cached.min(self.tokens.len())
+    }
+
+    /// Its rows in this step's batch (a filler row included) and the
+    /// cache they read, for the budget's pass times.
+    pub(super) fn load(&self) -> Load {
+        Load {
+            rows: self.rows + usize::from(self.filler),
+            cached: self.cached,
+        }
     }
 }
 
@@ -174,13 +183,15 @@ struct Room {
     context: usize,
 }
 
-/// What the budget needs of a sequence: its rows without a draft and, when
-/// decoding, its room for draft rows.
+/// What the budget needs of a sequence: its rows without a draft, its
+/// cache and, when decoding, its room for draft rows.
 fn slot(s: &Sequence, room: Room) -> Slot {
+    let cached = s.cached;
     if s.joining() {
         let base = s.pending().min(room.chunk);
         return Slot {
             base,
+            cached,
             ..Slot::default()
         };
     }
@@ -192,10 +203,12 @@ fn slot(s: &Sequence, room: Room) -> Slot {
                 base: s.pending() + 1,
                 room: Some(room),
                 fillable: false,
+                cached,
             }
         }
         _ => Slot {
             fillable: s.live.is_none() && s.cached < room.context,
+            cached,
             ..Slot::default()
         },
     }

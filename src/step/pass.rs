@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::reply::{Finished, Sampling, Stop, TokenEvent};
-use super::sequence::Phase;
+use super::sequence::{Phase, Sequence};
 use super::target::{Kept, SeqId, Split, Target};
 use super::{Pass, StepError, Stepper};
 
@@ -45,10 +45,10 @@ impl Stepper {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let predicted = self.budget.as_mut().and_then(|b| {
-            let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
-            b.price(self.split, rows)
-        });
+        let predicted = self
+            .budget
+            .as_mut()
+            .and_then(|b| b.price(self.split, self.seqs.iter().map(Sequence::load)));
         let t = Instant::now();
         target.forward(&self.batch).map_err(StepError::Target)?;
         let took = target.pass_time().unwrap_or_else(|| t.elapsed());
@@ -64,8 +64,7 @@ impl Stepper {
         // computation of several rows a sequence it is.
         let whole = matches!(self.split, Split::Whole { .. });
         if let (Some(budget), true) = (&mut self.budget, prompt_rows == 0 || !whole) {
-            let rows = self.seqs.iter().map(|s| s.rows + usize::from(s.filler));
-            budget.record(self.split, rows, took);
+            budget.record(self.split, self.seqs.iter().map(Sequence::load), took);
         }
         let expected_tokens = self.budget.as_ref().and_then(|b| b.expected);
         self.last_pass = Some(Pass {

@@ -6,46 +6,70 @@
 //! sequence"): eight sequences of one row each cost about a one-row
 //! computation and a half, four sequences of two rows each (the same eight
 //! rows) well over twice that: a sequence that sends more than one row
-//! costs about as much again as a whole one-row computation. So a
-//! computation costs a fixed part, a part per row and a part per sequence
-//! that sends several rows, and a pass the sum over its computations:
-//! linear in three counts of the pass, fitted by least squares over the
-//! recent passes.
+//! costs about as much again as a whole one-row computation. And a row
+//! costs more the longer the cache it reads (attention reads every
+//! position): after the thousands of positions of a code edit's prompt, a
+//! decoding row cost llama.cpp twice one after a few hundred, and a fit
+//! blind to the cache priced those passes a third below their times
+//! (BENCHMARKS.md, "The split fit and the cache"). So a computation costs a fixed part, a part per row, a
+//! part per sequence that sends several rows and a part per row and
+//! position read, and a pass the sum over its computations: linear in
+//! four counts of the pass, fitted by least squares over the recent
+//! passes.
+//!
+//! The fit weighs each pass by the inverse square of its time: it
+//! minimises relative errors. The budget compares rates (tokens per
+//! second) of passes of one size and the next, so a price 20% off on a
+//! decoding pass misleads it as much as on a prompt chunk ten times its
+//! time; fitted to absolute errors, the few long prompt chunks of a
+//! conversation with a long prompt set the coefficients, and its decoding
+//! passes, most of the passes the budget weighs, were priced a third below
+//! their times.
 
-/// The counts a pass is priced by: computations, rows, and sequences in a
-/// computation of several rows a sequence.
-pub(crate) type Counts = [f64; 3];
+/// Counts a pass is priced by.
+const N: usize = 4;
+
+/// The counts a pass is priced by: computations, rows, sequences in a
+/// computation of several rows a sequence, and rows times the positions
+/// their computation reads.
+pub(crate) type Counts = [f64; N];
 
 /// Passes the fit remembers: each pass's weight falls by this share at
 /// every later pass, so the fit follows cache lengths and load.
 const FORGET: f64 = 1.0 / 64.0;
 
-/// Ridge on the costs per row and per wide sequence, relative to the mean
-/// of the normal matrix's diagonal (none on the cost per computation):
-/// where the passes cannot tell the costs apart (plain passes of one size
-/// only), the time goes to the computation and rows read free. Optimistic:
+/// Ridge on every cost but the one per computation, relative to the
+/// normal matrix's diagonal entry of that cost (so the counts' units do
+/// not matter): where the passes cannot tell the costs apart (plain passes
+/// of one size only), the time goes to the computation and rows read free.
+/// Optimistic:
 /// an untried draft reads cheap, is sent and is measured; a fit that read
 /// rows dear would never send one to learn otherwise. Too small to move a
 /// fit the passes determine.
 const RIDGE: f64 = 1e-4;
 
+/// The shortest pass time a weight is taken from: a target that reports
+/// passes of no time (a simulation) must not weigh them without bound.
+const MIN_SECS: f64 = 1e-6;
+
 /// Least squares with forgetting over passes' [`Counts`] and times.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct SplitTimes {
     /// Weighted sums of `x xᵀ` and `x y`.
-    xx: [[f64; 3]; 3],
-    xy: [f64; 3],
+    xx: [[f64; N]; N],
+    xy: [f64; N],
     /// The coefficients, once a pass is recorded (each at least zero).
-    fit: Option<[f64; 3]>,
+    fit: Option<[f64; N]>,
 }
 
 impl SplitTimes {
     /// Records a pass with counts `x` that took `secs`.
     pub(crate) fn record(&mut self, x: Counts, secs: f64) {
-        for i in 0..3 {
-            self.xy[i] = self.xy[i] * (1.0 - FORGET) + x[i] * secs;
-            for j in 0..3 {
-                self.xx[i][j] = self.xx[i][j] * (1.0 - FORGET) + x[i] * x[j];
+        let w = secs.max(MIN_SECS).powi(-2);
+        for i in 0..N {
+            self.xy[i] = self.xy[i] * (1.0 - FORGET) + w * x[i] * secs;
+            for j in 0..N {
+                self.xx[i][j] = self.xx[i][j] * (1.0 - FORGET) + w * x[i] * x[j];
             }
         }
         self.fit = solve(self.xx, self.xy).or(self.fit);
@@ -55,26 +79,26 @@ impl SplitTimes {
     /// pass is recorded.
     pub(crate) fn secs(&self, x: Counts) -> Option<f64> {
         let c = self.fit?;
-        Some(c[0] * x[0] + c[1] * x[1] + c[2] * x[2])
+        Some(c.iter().zip(x).map(|(c, x)| c * x).sum())
     }
 }
 
 /// The ridge solution of `xx c = xy`, each coefficient at least zero (a
 /// negative one would price a larger pass below a smaller).
-fn solve(mut xx: [[f64; 3]; 3], mut xy: [f64; 3]) -> Option<[f64; 3]> {
-    let ridge = RIDGE * (xx[0][0] + xx[1][1] + xx[2][2]) / 3.0 + f64::MIN_POSITIVE;
+fn solve(mut xx: [[f64; N]; N], mut xy: [f64; N]) -> Option<[f64; N]> {
     xx[0][0] += f64::MIN_POSITIVE;
-    xx[1][1] += ridge;
-    xx[2][2] += ridge;
+    for (i, row) in xx.iter_mut().enumerate().skip(1) {
+        row[i] += RIDGE * row[i] + f64::MIN_POSITIVE;
+    }
     // Gaussian elimination with partial pivoting.
-    for col in 0..3 {
-        let pivot = (col..3).max_by(|&a, &b| xx[a][col].abs().total_cmp(&xx[b][col].abs()))?;
+    for col in 0..N {
+        let pivot = (col..N).max_by(|&a, &b| xx[a][col].abs().total_cmp(&xx[b][col].abs()))?;
         xx.swap(col, pivot);
         xy.swap(col, pivot);
         if xx[col][col].abs() < f64::MIN_POSITIVE {
             return None;
         }
-        for row in col + 1..3 {
+        for row in col + 1..N {
             let f = xx[row][col] / xx[col][col];
             let pivot_row = xx[col];
             for (x, p) in xx[row].iter_mut().zip(pivot_row).skip(col) {
@@ -83,9 +107,9 @@ fn solve(mut xx: [[f64; 3]; 3], mut xy: [f64; 3]) -> Option<[f64; 3]> {
             xy[row] -= f * xy[col];
         }
     }
-    let mut c = [0.0; 3];
-    for row in (0..3).rev() {
-        let known: f64 = (row + 1..3).map(|k| xx[row][k] * c[k]).sum();
+    let mut c = [0.0; N];
+    for row in (0..N).rev() {
+        let known: f64 = (row + 1..N).map(|k| xx[row][k] * c[k]).sum();
         c[row] = (xy[row] - known) / xx[row][row];
     }
     c.iter()
@@ -97,48 +121,99 @@ fn solve(mut xx: [[f64; 3]; 3], mut xy: [f64; 3]) -> Option<[f64; 3]> {
 mod tests {
     use super::*;
 
+    /// 20 ms a computation, 4 ms a row, 24 ms a sequence of several rows,
+    /// 2 ms a row per thousand positions read.
+    fn truth(x: Counts) -> f64 {
+        0.020 * x[0] + 0.004 * x[1] + 0.024 * x[2] + 0.002 * x[3] / 1000.0
+    }
+
     #[test]
-    fn learns_a_cost_per_wide_sequence() {
-        // 20 ms a computation, 4 ms a row, 24 ms a sequence of several rows.
-        let truth = |x: Counts| 0.020 * x[0] + 0.004 * x[1] + 0.024 * x[2];
+    fn learns_a_cost_per_wide_sequence_and_per_position_read() {
         let mut t = SplitTimes::default();
-        assert_eq!(t.secs([1.0, 1.0, 0.0]), None);
-        // Plain passes as sequences finish, then drafts in one or two.
+        assert_eq!(t.secs([1.0, 1.0, 0.0, 500.0]), None);
+        // Plain passes as sequences finish and caches grow, then drafts in
+        // one or two.
         let passes: &[Counts] = &[
-            [1.0, 8.0, 0.0],
-            [1.0, 6.0, 0.0],
-            [2.0, 7.0, 0.0],
-            [2.0, 12.0, 1.0],
-            [2.0, 15.0, 2.0],
-            [1.0, 16.0, 8.0],
+            [1.0, 8.0, 0.0, 8.0 * 300.0],
+            [1.0, 6.0, 0.0, 6.0 * 900.0],
+            [2.0, 7.0, 0.0, 7.0 * 400.0],
+            [2.0, 12.0, 1.0, 12.0 * 700.0],
+            [2.0, 15.0, 2.0, 15.0 * 2000.0],
+            [1.0, 16.0, 8.0, 16.0 * 500.0],
         ];
         for _ in 0..20 {
             for &x in passes {
                 t.record(x, truth(x));
             }
         }
-        // (counts, what they cost): seen and unseen.
-        for x in [[1.0, 8.0, 0.0], [2.0, 13.0, 1.0], [3.0, 20.0, 4.0]] {
+        // Seen and unseen.
+        let cases = [
+            [1.0, 8.0, 0.0, 8.0 * 300.0],
+            [2.0, 13.0, 1.0, 13.0 * 3000.0],
+            [3.0, 20.0, 4.0, 20.0 * 100.0],
+        ];
+        for x in cases {
             let got = t.secs(x).unwrap();
-            assert!(
-                (got - truth(x)).abs() < 1e-3,
-                "{x:?}: {got} vs {}",
-                truth(x)
-            );
+            let want = truth(x);
+            assert!((got - want).abs() < 1e-3, "{x:?}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn long_passes_do_not_set_the_price_of_short_ones() {
+        // A target whose prompt chunks cost less a row (2 ms) than its
+        // decoding passes (4 ms), which the counts cannot tell apart: a
+        // chunk of 128 or 256 rows every 17 passes, decoding passes of 1
+        // and 4 rows between. Fitted to absolute errors, the chunks
+        // (their times 10 times larger, their squares 100) set the price
+        // of a row, and decoding passes read 12% off.
+        let secs = |x: Counts| {
+            if x[2] > 0.0 {
+                0.044 + 0.002 * x[1]
+            } else {
+                0.020 + 0.004 * x[1]
+            }
+        };
+        let mut t = SplitTimes::default();
+        for i in 0..400 {
+            let x = match (i % 17, i % 34, i % 2) {
+                (0, 0, _) => [1.0, 256.0, 1.0, 256.0 * 500.0],
+                (0, _, _) => [1.0, 128.0, 1.0, 128.0 * 500.0],
+                (_, _, 0) => [1.0, 1.0, 0.0, 500.0],
+                _ => [1.0, 4.0, 0.0, 4.0 * 500.0],
+            };
+            t.record(x, secs(x));
+        }
+        for decode in [[1.0, 1.0, 0.0, 500.0], [1.0, 4.0, 0.0, 4.0 * 500.0]] {
+            let got = t.secs(decode).unwrap();
+            let error = (got - secs(decode)) / secs(decode);
+            assert!(error.abs() < 0.05, "{decode:?}: {got}, {error}");
         }
     }
 
     #[test]
     fn what_the_passes_cannot_tell_reads_cheap() {
-        // Only plain passes of 8 rows: more rows in the same computation
-        // read (nearly) free, so a draft is tried and measured.
+        // Only plain passes of 8 rows after one cache length: more rows in
+        // the same computation read (nearly) free, so a draft is tried and
+        // measured.
         let mut t = SplitTimes::default();
         for _ in 0..50 {
-            t.record([1.0, 8.0, 0.0], 0.052);
+            t.record([1.0, 8.0, 0.0, 8.0 * 256.0], 0.052);
         }
-        let plain = t.secs([1.0, 8.0, 0.0]).unwrap();
+        let plain = t.secs([1.0, 8.0, 0.0, 8.0 * 256.0]).unwrap();
         assert!((plain - 0.052).abs() < 1e-4, "{plain}");
-        let wider = t.secs([1.0, 16.0, 8.0]).unwrap();
+        let wider = t.secs([1.0, 16.0, 8.0, 16.0 * 256.0]).unwrap();
         assert!(wider < 0.052 * 1.01, "{wider}");
+    }
+
+    #[test]
+    fn passes_of_no_time_do_not_break_the_fit() {
+        let mut t = SplitTimes::default();
+        for _ in 0..10 {
+            t.record([1.0, 4.0, 0.0, 400.0], 0.0);
+            t.record([1.0, 8.0, 1.0, 800.0], 0.0);
+        }
+        let got = t.secs([1.0, 6.0, 1.0, 600.0]).unwrap();
+        assert!(got.is_finite() && got >= 0.0, "{got}");
     }
 }

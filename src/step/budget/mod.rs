@@ -22,6 +22,7 @@ mod times;
 pub(crate) use acceptance::Acceptance;
 use calibration::Calibration;
 use linear::{Counts, SplitTimes};
+pub(crate) use split::Load;
 use split::Part;
 pub use times::PassTimes;
 
@@ -53,6 +54,8 @@ pub(crate) struct Slot {
     /// Idle, with room for a row in its cache: a filler row there can keep
     /// a pass that splits by sequence runs in one run.
     pub fillable: bool,
+    /// Positions in its cache before the pass: what its rows read.
+    pub cached: usize,
 }
 
 /// The budget's state: the pass-time models, the measured acceptance of
@@ -80,8 +83,8 @@ pub(crate) struct Budget {
     pub expected: Option<f64>,
     /// Of all drafts, the sum of the `q`s at each position.
     level_gain: Vec<f64>,
-    /// Scratch: rows a sequence of a plan, and its computations.
-    plan: Vec<usize>,
+    /// Scratch: each sequence's rows in a plan, and its computations.
+    plan: Vec<Load>,
     left: Vec<usize>,
     parts: Vec<Part>,
 }
@@ -165,13 +168,13 @@ impl Budget {
         }
     }
 
-    /// The time of a pass with `self.plan[s]` rows in sequence `s`: the
-    /// sum of its computations' times.
+    /// The time of a pass with `self.plan[s]` in sequence `s`: the sum of
+    /// its computations' times.
     fn plan_secs(&mut self, split: Split) -> Option<f64> {
         split::computations(split, &self.plan, &mut self.left, &mut self.parts);
         match split {
             Split::Whole { .. } => {
-                let sequences = self.plan.iter().filter(|&&r| r > 0).count();
+                let sequences = self.plan.iter().filter(|l| l.rows > 0).count();
                 let times = &self.times;
                 self.parts
                     .iter()
@@ -190,8 +193,7 @@ impl Budget {
     /// length. Before any pass time is known: no draft rows (the first
     /// pass is timed plain).
     pub(crate) fn choose(&mut self, split: Split) -> Option<Choice> {
-        self.plan.clear();
-        self.plan.extend(self.slots.iter().map(|s| s.base));
+        self.base_plan();
         let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
         let Some(base) = self.plan_secs(split) else {
             let none = Choice {
@@ -219,7 +221,7 @@ impl Budget {
         for m in 0..self.candidates.len() {
             let c = self.candidates[m];
             tokens += c.q;
-            self.plan[crate::int::ix32(c.seq)] += 1;
+            self.plan[crate::int::ix32(c.seq)].rows += 1;
             let t = self.plan_secs(split)? - chunks;
             if t > 0.0 && tokens / t > rate {
                 (best, rate) = ((m + 1, 0), tokens / t);
@@ -253,16 +255,16 @@ impl Budget {
         if !self.slots.iter().any(|s| s.room.is_none() && s.base > 0) {
             return Some(0.0);
         }
-        self.plan.clear();
-        let decoding = self.slots.iter().map(|s| s.room.map_or(0, |_| s.base));
-        self.plan.extend(decoding);
-        let without = if self.plan.iter().any(|&r| r > 0) {
+        self.base_plan();
+        for (p, s) in self.plan.iter_mut().zip(&self.slots) {
+            p.rows = s.room.map_or(0, |_| s.base);
+        }
+        let without = if self.plan.iter().any(|l| l.rows > 0) {
             self.plan_secs(split)?
         } else {
             0.0
         };
-        self.plan.clear();
-        self.plan.extend(self.slots.iter().map(|s| s.base));
+        self.base_plan();
         Some((base - without).max(0.0))
     }
 
@@ -275,12 +277,10 @@ impl Budget {
         let (mut tokens, mut best) = (float(sequences), None);
         for level in 1..=self.level_gain.len().min(room) {
             tokens += self.level_gain[level - 1];
-            self.plan.clear();
-            let plan = self
-                .slots
-                .iter()
-                .map(|s| s.base + s.room.map_or(0, |_| level));
-            self.plan.extend(plan);
+            self.base_plan();
+            for (p, s) in self.plan.iter_mut().zip(&self.slots) {
+                p.rows += s.room.map_or(0, |_| level);
+            }
             let t = self.plan_secs(split)? - chunks;
             if t > 0.0 && tokens / t > *rate {
                 (best, *rate) = (Some(level), tokens / t);
@@ -289,17 +289,26 @@ impl Budget {
         Some(best)
     }
 
-    /// The rows a sequence of the plan chosen, into `self.plan`.
-    fn chosen(&mut self, (rows, level): (usize, usize)) {
+    /// Each sequence's rows without a draft, into `self.plan`.
+    fn base_plan(&mut self) {
         self.plan.clear();
-        self.plan.extend(self.slots.iter().map(|s| s.base));
+        let loads = self.slots.iter().map(|s| Load {
+            rows: s.base,
+            cached: s.cached,
+        });
+        self.plan.extend(loads);
+    }
+
+    /// Each sequence's rows in the plan chosen, into `self.plan`.
+    fn chosen(&mut self, (rows, level): (usize, usize)) {
+        self.base_plan();
         if level > 0 {
             for (p, s) in self.plan.iter_mut().zip(&self.slots) {
-                *p += s.room.map_or(0, |_| level);
+                p.rows += s.room.map_or(0, |_| level);
             }
         } else {
             for c in &self.candidates[..rows] {
-                self.plan[crate::int::ix32(c.seq)] += 1;
+                self.plan[crate::int::ix32(c.seq)].rows += 1;
             }
         }
     }
@@ -325,11 +334,11 @@ impl Budget {
         };
         let opened = self.slots.get(next).map_or(0, |s| s.base + 1);
         if let Some(p) = self.plan.get_mut(next) {
-            *p = (*p).max(opened);
+            p.rows = p.rows.max(opened);
         }
         let now = self.plan_secs(split)?;
         if let Some(p) = self.plan.get_mut(next) {
-            *p += 1;
+            p.rows += 1;
         }
         Some(self.plan_secs(split)? - now)
     }
@@ -345,14 +354,14 @@ impl Budget {
             return;
         }
         self.chosen((choice.rows, choice.level));
-        let first = self.plan.iter().position(|&r| r > 0);
-        let last = self.plan.iter().rposition(|&r| r > 0);
+        let first = self.plan.iter().position(|l| l.rows > 0);
+        let last = self.plan.iter().rposition(|l| l.rows > 0);
         let (Some(first), Some(last)) = (first, last) else {
             return;
         };
         let mut any = false;
         for i in first..last {
-            if self.plan[i] == 0 && self.slots[i].fillable {
+            if self.plan[i].rows == 0 && self.slots[i].fillable {
                 self.fill[i] = true;
                 any = true;
             }
@@ -364,7 +373,7 @@ impl Budget {
             return self.fill.fill(false);
         };
         for (p, &f) in self.plan.iter_mut().zip(&self.fill) {
-            *p += usize::from(f);
+            p.rows += usize::from(f);
         }
         if !self.plan_secs(split).is_some_and(|with| with < without) {
             self.fill.fill(false);
@@ -421,33 +430,33 @@ impl Budget {
         }
     }
 
-    /// The price of a pass in which sequence `s` has `rows[s]` rows,
-    /// computed as `split` computes it: `None` before a pass is timed.
+    /// The price of a pass in which sequence `s` has `loads[s]`, computed
+    /// as `split` computes it: `None` before a pass is timed.
     pub(crate) fn price(
         &mut self,
         split: Split,
-        rows: impl Iterator<Item = usize>,
+        loads: impl Iterator<Item = Load>,
     ) -> Option<Duration> {
         self.plan.clear();
-        self.plan.extend(rows);
+        self.plan.extend(loads);
         Duration::try_from_secs_f64(self.plan_secs(split)?).ok()
     }
 
-    /// Records a pass in which sequence `s` had `rows[s]` rows, computed as
+    /// Records a pass in which sequence `s` had `loads[s]`, computed as
     /// `split` computes it. (A whole pass in several chunks: each chunk its
     /// share of the time by rows.)
     pub(crate) fn record(
         &mut self,
         split: Split,
-        rows: impl Iterator<Item = usize>,
+        loads: impl Iterator<Item = Load>,
         took: Duration,
     ) {
         self.plan.clear();
-        self.plan.extend(rows);
+        self.plan.extend(loads);
         split::computations(split, &self.plan, &mut self.left, &mut self.parts);
         if let Split::Whole { .. } = split {
             let total: usize = self.parts.iter().map(|p| p.rows).sum();
-            let sequences = self.plan.iter().filter(|&&r| r > 0).count();
+            let sequences = self.plan.iter().filter(|l| l.rows > 0).count();
             for p in &self.parts {
                 let share = took.mul_f64(float(p.rows) / float(total));
                 self.times.record(p.rows, sequences, share);
@@ -467,16 +476,18 @@ fn drafted_by(spec: &crate::Speculative) -> Option<(&crate::DrafterStats, Option
     Some((spec.stats().get(d)?, source))
 }
 
-/// A split pass's [`Counts`]: computations, rows, and sequences in
-/// computations of several rows a sequence.
+/// A split pass's [`Counts`]: computations, rows, sequences in
+/// computations of several rows a sequence, and rows times the positions
+/// their computation reads.
 fn counts(parts: &[Part]) -> Counts {
-    let mut x = [0.0; 3];
+    let mut x = [0.0; 4];
     for p in parts {
         x[0] += 1.0;
         x[1] += float(p.rows);
         if p.each > 1 {
             x[2] += float(p.rows / p.each);
         }
+        x[3] += float(p.rows) * float(p.span);
     }
     x
 }

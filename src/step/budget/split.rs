@@ -1,6 +1,6 @@
 //! A pass's computations: the rows of each, as the target's [`Split`]
-//! makes them, so that the budget prices a pass as the sum of its
-//! computations' times.
+//! makes them, and the longest cache one of them reads, so that the budget
+//! prices a pass as the sum of its computations' times.
 
 use crate::step::Split;
 
@@ -13,14 +13,29 @@ pub(crate) struct Part {
     /// computation of one-row sequences; its rows for a whole one of any
     /// other batch).
     pub each: usize,
+    /// The positions its longest-cached sequence holds once the
+    /// computation is in: what each of its rows reads (a target with one
+    /// cache a sequence reads the longest one for all in a computation, as
+    /// llama.cpp does).
+    pub span: usize,
 }
 
-/// Writes to `out` the rows of each computation of a pass in which
-/// sequence `s` has `rows[s]` rows (in sequence order, as the stepper's
-/// batch has them); `left` is scratch.
+/// One sequence of a pass: its rows and the positions its cache held
+/// before the pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Load {
+    /// Rows it sends.
+    pub rows: usize,
+    /// Positions in its cache before the pass.
+    pub cached: usize,
+}
+
+/// Writes to `out` the computations of a pass in which sequence `s` has
+/// `loads[s]` (in sequence order, as the stepper's batch has them); `left`
+/// is scratch.
 pub(crate) fn computations(
     split: Split,
-    rows: &[usize],
+    loads: &[Load],
     left: &mut Vec<usize>,
     out: &mut Vec<Part>,
 ) {
@@ -28,33 +43,45 @@ pub(crate) fn computations(
     match split {
         Split::Whole { ubatch } => {
             let ubatch = ubatch.max(1);
-            let mut total: usize = rows.iter().sum();
-            let each = if rows.iter().all(|&r| r <= 1) {
+            let mut total: usize = loads.iter().map(|l| l.rows).sum();
+            let each = if loads.iter().all(|l| l.rows <= 1) {
                 1
             } else {
                 total
             };
+            let span = longest(loads);
             while total > 0 {
-                let c = total.min(ubatch);
-                out.push(Part { rows: c, each });
-                total -= c;
+                let rows = total.min(ubatch);
+                out.push(Part { rows, each, span });
+                total -= rows;
             }
         }
-        Split::PerSequence => out.extend(
-            rows.iter()
-                .filter(|&&r| r > 0)
-                .map(|&r| Part { rows: r, each: r }),
-        ),
-        Split::EqualRuns { ubatch } => equal_runs(rows, ubatch.max(1), left, out),
+        Split::PerSequence => out.extend(loads.iter().filter(|l| l.rows > 0).map(|l| Part {
+            rows: l.rows,
+            each: l.rows,
+            span: l.cached + l.rows,
+        })),
+        Split::EqualRuns { ubatch } => equal_runs(loads, ubatch.max(1), left, out),
     }
+}
+
+/// The positions the longest cache of `loads`' sequences with rows holds
+/// once they are in.
+fn longest(loads: &[Load]) -> usize {
+    loads
+        .iter()
+        .filter(|l| l.rows > 0)
+        .map(|l| l.cached + l.rows)
+        .max()
+        .unwrap_or(0)
 }
 
 /// [`Split::EqualRuns`]: from the first sequence with rows left, the run of
 /// consecutive ones with rows left, each giving the fewest rows any of them
 /// has left (at most `ubatch` rows in all, at least one each).
-fn equal_runs(rows: &[usize], ubatch: usize, left: &mut Vec<usize>, out: &mut Vec<Part>) {
+fn equal_runs(loads: &[Load], ubatch: usize, left: &mut Vec<usize>, out: &mut Vec<Part>) {
     left.clear();
-    left.extend_from_slice(rows);
+    left.extend(loads.iter().map(|l| l.rows));
     let mut first = 0;
     loop {
         while left.get(first) == Some(&0) {
@@ -73,9 +100,12 @@ fn equal_runs(rows: &[usize], ubatch: usize, left: &mut Vec<usize>, out: &mut Ve
         for r in &mut left[first..end] {
             *r -= each;
         }
+        let done = loads[first..end].iter().zip(&left[first..end]);
+        let span = done.map(|(l, left)| l.cached + l.rows - left).max();
         out.push(Part {
             rows: each * n,
             each,
+            span: span.unwrap_or(0),
         });
     }
 }
@@ -84,10 +114,43 @@ fn equal_runs(rows: &[usize], ubatch: usize, left: &mut Vec<usize>, out: &mut Ve
 mod tests {
     use super::*;
 
+    fn loads(rows: &[usize]) -> Vec<Load> {
+        rows.iter().map(|&rows| Load { rows, cached: 0 }).collect()
+    }
+
     fn split(split: Split, rows: &[usize]) -> Vec<usize> {
         let (mut left, mut out) = (Vec::new(), Vec::new());
-        computations(split, rows, &mut left, &mut out);
+        computations(split, &loads(rows), &mut left, &mut out);
         out.iter().map(|p| p.rows).collect()
+    }
+
+    #[test]
+    fn a_computation_reads_its_longest_cache() {
+        let runs = Split::EqualRuns { ubatch: 512 };
+        /// (split, (rows, cached) a sequence, spans of the computations)
+        type Case<'a> = (Split, &'a [(usize, usize)], &'a [usize]);
+        let cases: &[Case] = &[
+            (runs, &[(1, 100), (1, 900), (1, 50)], &[901]),
+            // The draft's computation reads the drafting sequence's cache.
+            (runs, &[(1, 100), (4, 900), (1, 50)], &[901, 904]),
+            (
+                runs,
+                &[(4, 100), (1, 900), (0, 5000), (1, 50)],
+                &[901, 104, 51],
+            ),
+            (Split::PerSequence, &[(2, 10), (0, 90), (3, 20)], &[12, 23]),
+            (Split::Whole { ubatch: 4 }, &[(3, 10), (3, 20)], &[23, 23]),
+        ];
+        for (i, &(s, seqs, want)) in cases.iter().enumerate() {
+            let seqs: Vec<Load> = seqs
+                .iter()
+                .map(|&(rows, cached)| Load { rows, cached })
+                .collect();
+            let (mut left, mut out) = (Vec::new(), Vec::new());
+            computations(s, &seqs, &mut left, &mut out);
+            let spans: Vec<usize> = out.iter().map(|p| p.span).collect();
+            assert_eq!(spans, want, "case {i}: {s:?} {seqs:?}");
+        }
     }
 
     #[test]

@@ -19,10 +19,10 @@ fn budget(fixed: f64, per_row: f64) -> Budget {
     let mut b = Budget::new(times, 4, 64);
     for _ in 0..10 {
         for x in [
-            [1.0, 1.0, 0.0],
-            [1.0, 8.0, 0.0],
-            [2.0, 9.0, 1.0],
-            [1.0, 16.0, 8.0],
+            [1.0, 1.0, 0.0, 0.0],
+            [1.0, 8.0, 0.0, 0.0],
+            [2.0, 9.0, 1.0, 0.0],
+            [1.0, 16.0, 8.0, 0.0],
         ] {
             let t = ms(fixed * x[0] + per_row * x[1]).as_secs_f64();
             b.split_times.record(x, t);
@@ -38,7 +38,7 @@ fn drafts(b: &mut Budget, drafts: &[&[f64]]) {
         b.slots.push(Slot {
             base: 1,
             room: Some(16),
-            fillable: false,
+            ..Slot::default()
         });
         b.add(crate::int::small(s), p);
     }
@@ -125,8 +125,7 @@ fn a_prompt_chunk_does_not_make_drafts_cheap() {
         drafts(&mut b, &[draft]);
         b.slots.push(Slot {
             base: chunk,
-            room: None,
-            fillable: false,
+            ..Slot::default()
         });
         let c = b.choose(WHOLE).unwrap();
         assert_eq!(c.rows, rows, "chunk {chunk}, draft {draft:?}: {c:?}");
