@@ -10,12 +10,12 @@
 //! costs more the longer the cache it reads (attention reads every
 //! position): after the thousands of positions of a code edit's prompt, a
 //! decoding row cost llama.cpp twice one after a few hundred, and a fit
-//! blind to the cache priced those passes a third below their times
-//! (BENCHMARKS.md, "The split fit and the cache"). So a computation costs a fixed part, a part per row, a
-//! part per sequence that sends several rows and a part per row and
-//! position read, and a pass the sum over its computations: linear in
-//! four counts of the pass, fitted by least squares over the recent
-//! passes.
+//! blind to the cache priced those passes 27-43% below their times
+//! (BENCHMARKS.md, "The split fit and the cache"). So a computation costs
+//! a fixed part, a part per row, a part per sequence that sends several
+//! rows and a part per row and position read, and a pass the sum over its
+//! computations: linear in four counts of the pass, fitted by least
+//! squares over the recent passes.
 //!
 //! The fit weighs each pass by the inverse square of its time: it
 //! minimises relative errors. The budget compares rates (tokens per
@@ -23,7 +23,7 @@
 //! decoding pass misleads it as much as on a prompt chunk ten times its
 //! time; fitted to absolute errors, the few long prompt chunks of a
 //! conversation with a long prompt set the coefficients, and its decoding
-//! passes, most of the passes the budget weighs, were priced a third below
+//! passes, most of the passes the budget weighs, were priced far below
 //! their times.
 
 /// Counts a pass is priced by.
