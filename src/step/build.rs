@@ -140,6 +140,7 @@ fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], split: Split, room: R
         budget.probabilities = probabilities;
     }
     let Some(choice) = budget.choose(split) else {
+        budget.fill.clear();
         return;
     };
     budget.expected = Some(choice.tokens);

@@ -185,6 +185,59 @@ impl Budget {
         }
     }
 
+    /// The time of the plan in `self.plan` as the pass would be sent: with
+    /// a filler row in each fillable idle sequence between sequences with
+    /// rows when that is cheaper ([`fill_gaps`](Budget::fill_gaps)), so
+    /// that a plan without drafts is weighed as the filled pass it would
+    /// be, not as one a gap splits in two. `self.fill` says whether the
+    /// fillers paid.
+    fn sent_secs(&mut self, split: Split) -> Option<f64> {
+        if !matches!(split, Split::EqualRuns { .. }) {
+            return self.plan_secs(split);
+        }
+        let gaps = self.mark_gaps();
+        let without = self.plan_secs(split);
+        if !gaps || without.is_none() {
+            self.fill.fill(false);
+            return without;
+        }
+        let without = without?;
+        for (p, &f) in self.plan.iter_mut().zip(&self.fill) {
+            p.rows += usize::from(f);
+        }
+        let with = self.plan_secs(split);
+        for (p, &f) in self.plan.iter_mut().zip(&self.fill) {
+            p.rows -= usize::from(f);
+        }
+        match with {
+            Some(with) if with < without => Some(with),
+            _ => {
+                self.fill.fill(false);
+                Some(without)
+            }
+        }
+    }
+
+    /// Marks in `self.fill` the fillable idle sequences between the first
+    /// and the last with rows in `self.plan`; whether there is any.
+    fn mark_gaps(&mut self) -> bool {
+        self.fill.clear();
+        self.fill.resize(self.slots.len(), false);
+        let first = self.plan.iter().position(|l| l.rows > 0);
+        let last = self.plan.iter().rposition(|l| l.rows > 0);
+        let (Some(first), Some(last)) = (first, last) else {
+            return false;
+        };
+        let mut any = false;
+        for i in first..last {
+            if self.plan[i].rows == 0 && self.slots.get(i).is_some_and(|s| s.fillable) {
+                self.fill[i] = true;
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Chooses the draft rows of a pass over [`slots`](Budget::slots) that
     /// `split` computes, from the candidates added; sorts them so that the
     /// first `rows` are the ones to send. Plans weighed: the first `m`
@@ -195,7 +248,7 @@ impl Budget {
     pub(crate) fn choose(&mut self, split: Split) -> Option<Choice> {
         self.base_plan();
         let sequences = self.slots.iter().filter(|s| s.room.is_some()).count();
-        let Some(base) = self.plan_secs(split) else {
+        let Some(base) = self.sent_secs(split) else {
             let none = Choice {
                 rows: 0,
                 level: 0,
@@ -222,7 +275,7 @@ impl Budget {
             let c = self.candidates[m];
             tokens += c.q;
             self.plan[crate::int::ix32(c.seq)].rows += 1;
-            let t = self.plan_secs(split)? - chunks;
+            let t = self.sent_secs(split)? - chunks;
             if t > 0.0 && tokens / t > rate {
                 (best, rate) = ((m + 1, 0), tokens / t);
             }
@@ -260,7 +313,7 @@ impl Budget {
             p.rows = s.room.map_or(0, |_| s.base);
         }
         let without = if self.plan.iter().any(|l| l.rows > 0) {
-            self.plan_secs(split)?
+            self.sent_secs(split)?
         } else {
             0.0
         };
@@ -281,7 +334,7 @@ impl Budget {
             for (p, s) in self.plan.iter_mut().zip(&self.slots) {
                 p.rows += s.room.map_or(0, |_| level);
             }
-            let t = self.plan_secs(split)? - chunks;
+            let t = self.sent_secs(split)? - chunks;
             if t > 0.0 && tokens / t > *rate {
                 (best, *rate) = (Some(level), tokens / t);
             }
@@ -336,17 +389,18 @@ impl Budget {
         if let Some(p) = self.plan.get_mut(next) {
             p.rows = p.rows.max(opened);
         }
-        let now = self.plan_secs(split)?;
+        let now = self.sent_secs(split)?;
         if let Some(p) = self.plan.get_mut(next) {
             p.rows += 1;
         }
-        Some(self.plan_secs(split)? - now)
+        Some(self.sent_secs(split)? - now)
     }
 
     /// Whether idle sequences between sequences with rows get a filler row
     /// ([`fill`](Budget::fill)) in the pass `choice` chose: where the pass
     /// splits by sequence runs, a gap in the run costs a computation, a
-    /// filler a row.
+    /// filler a row; the plans were weighed with their fillers
+    /// ([`sent_secs`](Budget::sent_secs)), so the pass is sent as priced.
     pub(crate) fn fill_gaps(&mut self, split: Split, choice: Choice) {
         self.fill.clear();
         self.fill.resize(self.slots.len(), false);
@@ -354,28 +408,7 @@ impl Budget {
             return;
         }
         self.chosen((choice.rows, choice.level));
-        let first = self.plan.iter().position(|l| l.rows > 0);
-        let last = self.plan.iter().rposition(|l| l.rows > 0);
-        let (Some(first), Some(last)) = (first, last) else {
-            return;
-        };
-        let mut any = false;
-        for i in first..last {
-            if self.plan[i].rows == 0 && self.slots[i].fillable {
-                self.fill[i] = true;
-                any = true;
-            }
-        }
-        if !any {
-            return;
-        }
-        let Some(without) = self.plan_secs(split) else {
-            return self.fill.fill(false);
-        };
-        for (p, &f) in self.plan.iter_mut().zip(&self.fill) {
-            p.rows += usize::from(f);
-        }
-        if !self.plan_secs(split).is_some_and(|with| with < without) {
+        if self.sent_secs(split).is_none() {
             self.fill.fill(false);
         }
     }

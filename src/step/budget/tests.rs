@@ -188,3 +188,38 @@ fn the_drafters_stop_where_a_row_of_a_sent_draft_stops_paying() {
         );
     }
 }
+
+#[test]
+fn a_gap_is_weighed_filled() {
+    // Computations of 10 ms and 1 ms a row, split by sequence runs, an
+    // idle sequence between decoding ones. The pass without drafts is sent
+    // with a filler row there: one computation, 3 tokens in 14 ms. A
+    // draft of two likely tokens (two computations, 4.71 tokens in 25 ms)
+    // pays only beside the gap left open (two computations, 3 in 23 ms).
+    // (the idle sequence is fillable, each decoding sequence's draft,
+    // expected rows, fillers)
+    let likely: &[&[f64]] = &[&[0.9, 0.9], &[], &[]];
+    let sure: &[&[f64]] = &[&[0.99; 8], &[0.99; 8], &[0.99; 8]];
+    let cases: &[(bool, &[&[f64]], usize, usize)] = &[
+        (true, likely, 0, 1),
+        (false, likely, 2, 0),
+        (true, &[&[], &[], &[]], 0, 1),
+        (true, sure, 0, 0),
+    ];
+    for (i, &(fillable, d, rows, fillers)) in cases.iter().enumerate() {
+        let mut b = budget(10.0, 1.0);
+        drafts(&mut b, d);
+        let idle = Slot {
+            fillable,
+            ..Slot::default()
+        };
+        b.slots.insert(1, idle);
+        for c in &mut b.candidates {
+            c.seq += u32::from(c.seq >= 1);
+        }
+        let c = b.choose(RUNS).unwrap();
+        b.fill_gaps(RUNS, c);
+        let filled = b.fill.iter().filter(|&&f| f).count();
+        assert_eq!((c.rows, filled), (rows, fillers), "case {i}: {c:?}");
+    }
+}
