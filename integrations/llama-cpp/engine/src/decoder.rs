@@ -41,6 +41,10 @@ pub struct Counters {
     /// only (each choosing its prompt's first reply token), and the prompt
     /// rows' share of shared passes.
     pub prefill_time: Duration,
+    /// Of [`decode_time`](Counters::decode_time), the passes' own: the
+    /// decoding rows' share of each `llama_decode`. The rest is the loop's
+    /// work around the pass (drafting, reading logits, verification).
+    pub pass_time: Duration,
 }
 
 /// S sequences of one llama.cpp context, decoded in one batch a step by a
@@ -293,6 +297,7 @@ impl<'m> Decoder<'m> {
         }
         c.prefill_time += prefill;
         c.decode_time += elapsed - prefill;
+        c.pass_time += pass.duration.saturating_sub(prefill);
     }
 
     /// The target, for measurements over every sequence

@@ -13,7 +13,7 @@ use std::time::Instant;
 use selfspec_conversations::{self as conv, cli, Conversation, DraftSet, Progress, Tally};
 use selfspec_llama_cpp_engine::cost::{self, PassCurve};
 use selfspec_llama_cpp_engine::record;
-use selfspec_llama_cpp_engine::run::{self, Drafting, TurnDivergence};
+use selfspec_llama_cpp_engine::run::{self, Drafting, LoopWork, TurnDivergence};
 use selfspec_llama_cpp_engine::{Decoder, Error, Message, Model, Prices, Role, Settings};
 
 use args::Args;
@@ -25,6 +25,8 @@ struct Set {
     divergences: Vec<TurnDivergence>,
     /// The budget's prices of its speculative passes, by kind.
     prices: Vec<(String, Prices)>,
+    /// The loop's work around the passes: plain decoding's, the set's.
+    loop_work: [LoopWork; 2],
 }
 
 fn print_curve(curve: &PassCurve) {
@@ -88,6 +90,7 @@ fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error>
             tally: Tally::new(),
             divergences: Vec::new(),
             prices: Vec::new(),
+            loop_work: [LoopWork::default(); 2],
         })
         .collect())
 }
@@ -409,6 +412,8 @@ fn decode_round(
             bound,
         );
         set.divergences.extend(d);
+        set.loop_work[0].add(plain.loop_work);
+        set.loop_work[1].add(spec.loop_work);
         match set.prices.iter_mut().find(|(k, _)| k == round.kind) {
             Some((_, p)) => p.extend(&spec.prices),
             None => set

@@ -57,6 +57,11 @@ pub fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, 
         })?;
         all.extend(rows);
         print_prices(&set.prices);
+        let [plain, spec] = set.loop_work.map(|w| w.per_step().as_secs_f64() * 1e6);
+        println!(
+            "the loop's work a decoding step outside llama_decode (drafting, reading logits, \
+             verifying): plain {plain:.0} us, speculative {spec:.0} us"
+        );
         if args.sampler.is_some() {
             println!(
                 "outputs against plain decoding: sampled, not compared token for token \

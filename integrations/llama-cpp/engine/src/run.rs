@@ -7,7 +7,7 @@ use std::time::Duration;
 use selfspec_conversations::{compare, Conversation, Decoded, Divergence, DraftSet, Tally};
 
 use crate::model::{Message, Role};
-use crate::{Decoder, Error, Finished, Reply};
+use crate::{Counters, Decoder, Error, Finished, Reply};
 
 /// One pass over some conversations: each turn's reply (`None`: the prompt
 /// did not fit the context and the turn, with the rest of its
@@ -25,6 +25,45 @@ pub struct Pass {
     /// The draft budget's prices of the pass's decoding passes, beside
     /// their measured times.
     pub prices: crate::Prices,
+    /// The decoding steps' work around their passes.
+    pub loop_work: LoopWork,
+}
+
+/// The loop's own work in decoding steps: what a step spends outside
+/// `llama_decode` (drafting, reading logits, verifying, rolling back).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoopWork {
+    /// Decoding steps.
+    pub steps: usize,
+    /// Their time outside their passes.
+    pub outside: Duration,
+}
+
+impl LoopWork {
+    /// The work between counters `before` and `after` of one decoder.
+    #[must_use]
+    pub fn between(before: &Counters, after: &Counters) -> LoopWork {
+        let outside = |c: &Counters| c.decode_time.saturating_sub(c.pass_time);
+        LoopWork {
+            steps: after.steps.saturating_sub(before.steps),
+            outside: outside(after).saturating_sub(outside(before)),
+        }
+    }
+
+    /// Adds `other`'s steps and time.
+    pub fn add(&mut self, other: LoopWork) {
+        self.steps += other.steps;
+        self.outside += other.outside;
+    }
+
+    /// The time outside the passes a step, on average (zero without steps).
+    #[must_use]
+    pub fn per_step(&self) -> Duration {
+        u32::try_from(self.steps)
+            .ok()
+            .filter(|&n| n > 0)
+            .map_or(Duration::ZERO, |n| self.outside / n)
+    }
 }
 
 /// Which part of a set's engine-wide memory a conversation drafts on.
@@ -150,7 +189,8 @@ struct Run<'c, 'h> {
     queue: VecDeque<usize>,
     lanes: Vec<Option<Lane>>,
     finished: Vec<Finished>,
-    start_time: Duration,
+    /// The decoder's counters when the pass began.
+    start: Counters,
 }
 
 impl<'c, 'h> Run<'c, 'h> {
@@ -179,12 +219,13 @@ impl<'c, 'h> Run<'c, 'h> {
                     .collect(),
                 decode_time: Duration::ZERO,
                 prices: crate::Prices::default(),
+                loop_work: LoopWork::default(),
             },
             texts: conversations.iter().map(|_| Vec::new()).collect(),
             queue: (0..conversations.len()).collect(),
             lanes: (0..decoder.settings().sequences).map(|_| None).collect(),
             finished: Vec::new(),
-            start_time: decoder.counters().decode_time,
+            start: decoder.counters(),
         })
     }
 
@@ -258,7 +299,9 @@ impl<'c, 'h> Run<'c, 'h> {
     }
 
     fn finish(mut self, decoder: &mut Decoder<'_>) -> Pass {
-        self.pass.decode_time = decoder.counters().decode_time - self.start_time;
+        let now = decoder.counters();
+        self.pass.decode_time = now.decode_time.saturating_sub(self.start.decode_time);
+        self.pass.loop_work = LoopWork::between(&self.start, &now);
         self.pass.prices = decoder.take_prices();
         self.pass
     }
@@ -370,4 +413,41 @@ pub fn reply_texts(decoder: &Decoder<'_>, pass: &Pass) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loops_work_is_a_steps_time_outside_its_pass() {
+        let ms = Duration::from_millis;
+        let counters = |steps, decode, pass| Counters {
+            steps,
+            decode_time: ms(decode),
+            pass_time: ms(pass),
+            ..Counters::default()
+        };
+        // (before, after, steps, outside, a step)
+        let cases = [
+            (counters(0, 0, 0), counters(4, 48, 40), 4, ms(8), ms(2)),
+            (counters(4, 48, 40), counters(6, 70, 60), 2, ms(2), ms(1)),
+            (counters(4, 48, 40), counters(4, 48, 40), 0, ms(0), ms(0)),
+        ];
+        for (i, (before, after, steps, outside, each)) in cases.into_iter().enumerate() {
+            let w = LoopWork::between(&before, &after);
+            assert_eq!(
+                (w.steps, w.outside, w.per_step()),
+                (steps, outside, each),
+                "case {i}"
+            );
+        }
+        let mut sum = LoopWork::default();
+        sum.add(LoopWork::between(
+            &Counters::default(),
+            &counters(3, 30, 21),
+        ));
+        sum.add(LoopWork::between(&Counters::default(), &counters(1, 10, 9)));
+        assert_eq!((sum.steps, sum.per_step()), (4, ms(10) / 4));
+    }
 }
