@@ -3,7 +3,9 @@
 //! lookup in a recorded text), per step, greedy, with and without drafting
 //! (recall, its draft calls included) and with the budget. Compare with a
 //! plain one-token pass of the real model (BENCHMARKS.md, "A real model
-//! through llama.cpp": about 10 ms on 2 cores).
+//! through llama.cpp": about 10 ms on 2 cores). `choice/V`: the greedy
+//! choice of one row of V logits (SmolLM2's and Qwen3's vocabularies), which
+//! every row a pass outputs costs a target that reads its logits.
 //!
 //! `cargo bench --bench step`
 
@@ -99,5 +101,22 @@ fn bench_step(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_step);
+fn bench_choice(c: &mut Criterion) {
+    let mut group = c.benchmark_group("choice");
+    for vocab in [49_152usize, 151_936] {
+        // Logits spread like a language model's: most low, a few high.
+        let logits: Vec<f32> = (0..vocab)
+            .map(|i| {
+                let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h % 4096) as f32 / 256.0 - 8.0
+            })
+            .collect();
+        group.bench_function(vocab.to_string(), |b| {
+            b.iter(|| Choice::of(std::hint::black_box(&logits)));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_step, bench_choice);
 criterion_main!(benches);

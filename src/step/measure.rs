@@ -57,7 +57,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::target::{Batch, Choice, Kept, Row, SeqId, Shape, Target};
+use super::choice::Choice;
+use super::target::{Batch, Kept, Row, SeqId, Shape, Target};
 use crate::int::float;
 use crate::limits::check_range;
 use crate::token::Token;

@@ -72,6 +72,7 @@ use crate::{Error, Speculative};
 
 mod budget;
 mod build;
+mod choice;
 mod measure;
 mod pass;
 mod reply;
@@ -82,10 +83,11 @@ mod target;
 mod verifying;
 
 pub use budget::PassTimes;
+pub use choice::Choice;
 pub use measure::{LogitNoise, MeasureError, PassCost, PassCurve, RowNoise};
 pub use reply::{Decode, Finished, Reply, Sampling, Stop, TokenEvent};
 pub use sampler::Sampler;
-pub use target::{Batch, Choice, Kept, Row, SeqId, Shape, Split, Target};
+pub use target::{Batch, Kept, Row, SeqId, Shape, Split, Target};
 
 use sequence::{Live, Sequence};
 

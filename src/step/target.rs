@@ -3,6 +3,8 @@
 use crate::int::ix32;
 use crate::token::Token;
 
+use super::choice::Choice;
+
 /// A sequence of the target's batch: its index among the
 /// [`Shape::sequences`] the target holds (llama.cpp's `seq_id`, an engine
 /// slot).
@@ -97,52 +99,6 @@ impl Batch {
 
     pub(super) fn push(&mut self, row: Row) {
         self.rows.push(row);
-    }
-}
-
-/// The target's greedy choice of one row: its highest logit, and how far
-/// ahead of the second it is.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Choice {
-    /// The argmax (the lowest id among equal logits).
-    pub token: Token,
-    /// The top logit minus the second (infinite for a one-token vocabulary):
-    /// a small margin is a near tie, which batched and one-token passes may
-    /// break differently.
-    pub margin: f32,
-}
-
-impl Choice {
-    /// The argmax of `logits` (the lowest id on a tie) and its margin;
-    /// `None` for an empty row or one with a NaN.
-    ///
-    /// ```
-    /// use selfspec::step::Choice;
-    ///
-    /// let c = Choice::of(&[0.5, 2.0, 1.5]).unwrap();
-    /// assert_eq!((c.token, c.margin), (1, 0.5));
-    /// assert!(Choice::of(&[]).is_none());
-    /// ```
-    #[must_use]
-    pub fn of(logits: &[f32]) -> Option<Choice> {
-        let (mut best, mut top, mut second) = (0usize, f32::NEG_INFINITY, f32::NEG_INFINITY);
-        for (i, &l) in logits.iter().enumerate() {
-            if l.is_nan() {
-                return None;
-            }
-            if l > top {
-                second = top;
-                top = l;
-                best = i;
-            } else if l > second {
-                second = l;
-            }
-        }
-        let token = Token::try_from(best).ok().filter(|_| !logits.is_empty())?;
-        Some(Choice {
-            token,
-            margin: top - second,
-        })
     }
 }
 

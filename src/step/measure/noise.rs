@@ -10,7 +10,8 @@
 
 use super::{check_target, feed, filler, push_rows, rewind, MeasureError};
 use crate::limits::check_range;
-use crate::step::target::{Batch, Choice, SeqId, Shape, Target};
+use crate::step::choice::Choice;
+use crate::step::target::{Batch, SeqId, Shape, Target};
 use crate::token::Token;
 use crate::Error;
 
