@@ -53,7 +53,7 @@ impl Choice {
 /// Lanes of the scan: 32 `f32` are two AVX-512 registers an array, four
 /// AVX, eight SSE: enough independent compares to hide their latency. 16
 /// lanes measured 5% faster with SSE2 only, 5% slower with AVX2 and 30%
-/// slower with AVX-512; 8 lanes three to six times slower (BENCHMARKS.md,
+/// slower with AVX-512; 8 lanes 2.7 to 6 times slower (BENCHMARKS.md,
 /// "The step's own cost").
 const LANES: usize = 32;
 
