@@ -75,7 +75,8 @@ impl Top2 {
         };
         Top2 {
             top: hi.top,
-            second: max(hi.second, max(lo.top, lo.second)),
+            // A part's second never exceeds its top.
+            second: max(hi.second, lo.top),
         }
     }
 }
