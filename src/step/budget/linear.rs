@@ -11,11 +11,16 @@
 //! position): after the thousands of positions of a code edit's prompt, a
 //! decoding row cost llama.cpp twice one after a few hundred, and a fit
 //! blind to the cache priced those passes 27-43% below their times
-//! (BENCHMARKS.md, "The split fit and the cache"). So a computation costs
-//! a fixed part, a part per row, a part per sequence that sends several
-//! rows and a part per row and position read, and a pass the sum over its
-//! computations: linear in four counts of the pass, fitted by least
-//! squares over the recent passes.
+//! (BENCHMARKS.md, "The split fit and the cache"). Part of that cost comes
+//! with each row (every row's scores against every position) and part
+//! once a computation (the cache is read once, whatever its rows): a
+//! fit with the first alone priced one-row passes after a long cache below
+//! their times and a draft's rows above theirs (BENCHMARKS.md, "Reading
+//! the cache once a computation"). So a computation costs a fixed part, a
+//! part per row, a part per sequence that sends several rows, a part per
+//! position read and a part per row and position read, and a pass the sum
+//! over its computations: linear in five counts of the pass, fitted by
+//! least squares over the recent passes.
 //!
 //! The fit weighs each pass by the inverse square of its time: it
 //! minimises relative errors. The budget compares rates (tokens per
@@ -27,11 +32,11 @@
 //! their times.
 
 /// Counts a pass is priced by.
-const N: usize = 4;
+pub(crate) const N: usize = 5;
 
 /// The counts a pass is priced by: computations, rows, sequences in a
-/// computation of several rows a sequence, and rows times the positions
-/// their computation reads.
+/// computation of several rows a sequence, rows times the positions their
+/// computation reads, and the positions each computation reads.
 pub(crate) type Counts = [f64; N];
 
 /// Passes the fit remembers: each pass's weight falls by this share at
@@ -121,41 +126,76 @@ fn solve(mut xx: [[f64; N]; N], mut xy: [f64; N]) -> Option<[f64; N]> {
 mod tests {
     use super::*;
 
+    /// The counts of a pass of `computations` computations of `rows` rows
+    /// in all, `wide` sequences of several rows, each computation reading
+    /// `span` positions.
+    fn pass(computations: f64, rows: f64, wide: f64, span: f64) -> Counts {
+        [computations, rows, wide, rows * span, computations * span]
+    }
+
     /// 20 ms a computation, 4 ms a row, 24 ms a sequence of several rows,
-    /// 2 ms a row per thousand positions read.
+    /// 2 ms a row per thousand positions read, 3 ms a computation per
+    /// thousand positions read.
     fn truth(x: Counts) -> f64 {
-        0.020 * x[0] + 0.004 * x[1] + 0.024 * x[2] + 0.002 * x[3] / 1000.0
+        0.020 * x[0] + 0.004 * x[1] + 0.024 * x[2] + (0.002 * x[3] + 0.003 * x[4]) / 1000.0
     }
 
     #[test]
-    fn learns_a_cost_per_wide_sequence_and_per_position_read() {
+    fn learns_each_cost() {
         let mut t = SplitTimes::default();
-        assert_eq!(t.secs([1.0, 1.0, 0.0, 500.0]), None);
+        assert_eq!(t.secs(pass(1.0, 1.0, 0.0, 500.0)), None);
         // Plain passes as sequences finish and caches grow, then drafts in
         // one or two.
-        let passes: &[Counts] = &[
-            [1.0, 8.0, 0.0, 8.0 * 300.0],
-            [1.0, 6.0, 0.0, 6.0 * 900.0],
-            [2.0, 7.0, 0.0, 7.0 * 400.0],
-            [2.0, 12.0, 1.0, 12.0 * 700.0],
-            [2.0, 15.0, 2.0, 15.0 * 2000.0],
-            [1.0, 16.0, 8.0, 16.0 * 500.0],
+        let passes = [
+            pass(1.0, 8.0, 0.0, 300.0),
+            pass(1.0, 6.0, 0.0, 900.0),
+            pass(1.0, 1.0, 0.0, 1500.0),
+            pass(2.0, 7.0, 0.0, 400.0),
+            pass(2.0, 12.0, 1.0, 700.0),
+            pass(2.0, 15.0, 2.0, 2000.0),
+            pass(1.0, 16.0, 8.0, 500.0),
         ];
         for _ in 0..20 {
-            for &x in passes {
+            for x in passes {
                 t.record(x, truth(x));
             }
         }
         // Seen and unseen.
         let cases = [
-            [1.0, 8.0, 0.0, 8.0 * 300.0],
-            [2.0, 13.0, 1.0, 13.0 * 3000.0],
-            [3.0, 20.0, 4.0, 20.0 * 100.0],
+            pass(1.0, 8.0, 0.0, 300.0),
+            pass(2.0, 13.0, 1.0, 3000.0),
+            pass(3.0, 20.0, 4.0, 100.0),
+            pass(1.0, 1.0, 0.0, 4000.0),
         ];
         for x in cases {
             let got = t.secs(x).unwrap();
             let want = truth(x);
             assert!((got - want).abs() < 1e-3, "{x:?}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn a_long_cache_is_read_once_a_computation() {
+        // Plain passes of one to four sequences whose longest cache is a
+        // short conversation's (500 positions) or a long one's (4,000), as
+        // sequences start and end. Reading a cache costs 6 ms a thousand
+        // positions once a computation and 0.5 ms a thousand a row: priced
+        // by rows times positions alone, one-row passes after the long
+        // cache read 29% below their times.
+        let secs = |x: Counts| 0.010 + 0.003 * x[1] + (0.0005 * x[3] + 0.006 * x[4]) / 1000.0;
+        let mut t = SplitTimes::default();
+        for i in 0..300 {
+            let span = if i / 4 % 2 == 0 { 500.0 } else { 4000.0 };
+            let x = pass(1.0, f64::from(i % 4 + 1), 0.0, span);
+            t.record(x, secs(x));
+        }
+        for x in [
+            pass(1.0, 1.0, 0.0, 4000.0),
+            pass(1.0, 4.0, 0.0, 500.0),
+            pass(1.0, 2.0, 0.0, 2000.0),
+        ] {
+            let error = (t.secs(x).unwrap() - secs(x)) / secs(x);
+            assert!(error.abs() < 0.01, "{x:?}: {error}");
         }
     }
 
@@ -177,14 +217,14 @@ mod tests {
         let mut t = SplitTimes::default();
         for i in 0..400 {
             let x = match (i % 17, i % 34, i % 2) {
-                (0, 0, _) => [1.0, 256.0, 1.0, 256.0 * 500.0],
-                (0, _, _) => [1.0, 128.0, 1.0, 128.0 * 500.0],
-                (_, _, 0) => [1.0, 1.0, 0.0, 500.0],
-                _ => [1.0, 4.0, 0.0, 4.0 * 500.0],
+                (0, 0, _) => pass(1.0, 256.0, 1.0, 500.0),
+                (0, _, _) => pass(1.0, 128.0, 1.0, 500.0),
+                (_, _, 0) => pass(1.0, 1.0, 0.0, 500.0),
+                _ => pass(1.0, 4.0, 0.0, 500.0),
             };
             t.record(x, secs(x));
         }
-        for decode in [[1.0, 1.0, 0.0, 500.0], [1.0, 4.0, 0.0, 4.0 * 500.0]] {
+        for decode in [pass(1.0, 1.0, 0.0, 500.0), pass(1.0, 4.0, 0.0, 500.0)] {
             let got = t.secs(decode).unwrap();
             let error = (got - secs(decode)) / secs(decode);
             assert!(error.abs() < 0.05, "{decode:?}: {got}, {error}");
@@ -198,11 +238,11 @@ mod tests {
         // measured.
         let mut t = SplitTimes::default();
         for _ in 0..50 {
-            t.record([1.0, 8.0, 0.0, 8.0 * 256.0], 0.052);
+            t.record(pass(1.0, 8.0, 0.0, 256.0), 0.052);
         }
-        let plain = t.secs([1.0, 8.0, 0.0, 8.0 * 256.0]).unwrap();
+        let plain = t.secs(pass(1.0, 8.0, 0.0, 256.0)).unwrap();
         assert!((plain - 0.052).abs() < 1e-4, "{plain}");
-        let wider = t.secs([1.0, 16.0, 8.0, 16.0 * 256.0]).unwrap();
+        let wider = t.secs(pass(1.0, 16.0, 8.0, 256.0)).unwrap();
         assert!(wider < 0.052 * 1.01, "{wider}");
     }
 
@@ -210,10 +250,10 @@ mod tests {
     fn passes_of_no_time_do_not_break_the_fit() {
         let mut t = SplitTimes::default();
         for _ in 0..10 {
-            t.record([1.0, 4.0, 0.0, 400.0], 0.0);
-            t.record([1.0, 8.0, 1.0, 800.0], 0.0);
+            t.record(pass(1.0, 4.0, 0.0, 100.0), 0.0);
+            t.record(pass(1.0, 8.0, 1.0, 100.0), 0.0);
         }
-        let got = t.secs([1.0, 6.0, 1.0, 600.0]).unwrap();
+        let got = t.secs(pass(1.0, 6.0, 1.0, 100.0)).unwrap();
         assert!(got.is_finite() && got >= 0.0, "{got}");
     }
 }

@@ -510,10 +510,10 @@ fn drafted_by(spec: &crate::Speculative) -> Option<(&crate::DrafterStats, Option
 }
 
 /// A split pass's [`Counts`]: computations, rows, sequences in
-/// computations of several rows a sequence, and rows times the positions
-/// their computation reads.
+/// computations of several rows a sequence, rows times the positions
+/// their computation reads, and the positions each computation reads.
 fn counts(parts: &[Part]) -> Counts {
-    let mut x = [0.0; 4];
+    let mut x = [0.0; linear::N];
     for p in parts {
         x[0] += 1.0;
         x[1] += float(p.rows);
@@ -521,6 +521,7 @@ fn counts(parts: &[Part]) -> Counts {
             x[2] += float(p.rows / p.each);
         }
         x[3] += float(p.rows) * float(p.span);
+        x[4] += float(p.span);
     }
     x
 }
