@@ -14,13 +14,14 @@
 //! (BENCHMARKS.md, "The split fit and the cache"). Part of that cost comes
 //! with each row (every row's scores against every position) and part
 //! once a computation (the cache is read once, whatever its rows): a
-//! fit with the first alone priced one-row passes after a long cache below
-//! their times and a draft's rows above theirs (BENCHMARKS.md, "Reading
-//! the cache once a computation"). So a computation costs a fixed part, a
-//! part per row, a part per sequence that sends several rows, a part per
-//! position read and a part per row and position read, and a pass the sum
-//! over its computations: linear in five counts of the pass, fitted by
-//! least squares over the recent passes.
+//! fit with the first alone prices one-row passes after a long cache below
+//! their times wherever a batch mixes caches of different lengths
+//! (BENCHMARKS.md, "Reading the cache once a computation"). So a
+//! computation costs a fixed part, a part per row, a part per sequence
+//! that sends several rows, a part per position read and a part per row
+//! and position read, and a pass the sum over its computations: linear in
+//! five counts of the pass, fitted by least squares over the recent
+//! passes.
 //!
 //! The fit weighs each pass by the inverse square of its time: it
 //! minimises relative errors. The budget compares rates (tokens per
