@@ -62,6 +62,7 @@ fn f64_of(x: usize) -> f64 {
 struct Text<'a> {
     prompt: &'a [Token],
     output: &'a [Token],
+    margins: &'a [f32],
 }
 
 impl Text<'_> {
@@ -81,6 +82,9 @@ struct Simulated<'a> {
     rows: Vec<(usize, usize)>,
     curve: &'a CostCurve,
     took: Duration,
+    /// Charge only each sequence's rows up to its first wrong draft token
+    /// (the bound of perfect sizing).
+    hindsight: bool,
 }
 
 impl<'a> Simulated<'a> {
@@ -90,6 +94,7 @@ impl<'a> Simulated<'a> {
             rows: Vec::new(),
             curve,
             took: Duration::ZERO,
+            hindsight: false,
         }
     }
 }
@@ -110,10 +115,21 @@ impl Target for Simulated<'_> {
         self.rows.clear();
         self.rows
             .extend(batch.rows().iter().map(|r| (r.seq.index(), r.pos)));
+        let mut wrong = vec![false; self.texts.len()];
         let read: Vec<usize> = batch
             .rows()
             .iter()
             .filter(|r| r.output)
+            .filter(|r| {
+                let s = r.seq.index();
+                if !self.hindsight || wrong[s] {
+                    return !wrong[s];
+                }
+                // Perfect sizing sends no row from the first token that
+                // is not the recorded one.
+                wrong[s] = r.token != self.texts[s].at(r.pos);
+                !wrong[s]
+            })
             .map(|r| r.seq.index())
             .collect();
         let mut seqs = read.clone();
@@ -132,9 +148,15 @@ impl Target for Simulated<'_> {
 
     fn greedy(&mut self, row: usize) -> Result<Option<Choice>, Infallible> {
         let (seq, pos) = self.rows[row];
+        let text = self.texts[seq];
+        let margin = (pos + 1)
+            .checked_sub(text.prompt.len())
+            .and_then(|o| text.margins.get(o))
+            .copied()
+            .unwrap_or(f32::INFINITY);
         Ok(Some(Choice {
-            token: self.texts[seq].at(pos + 1),
-            margin: f32::INFINITY,
+            token: text.at(pos + 1),
+            margin,
         }))
     }
 
@@ -157,6 +179,9 @@ pub enum Policy {
     /// recall with `draft_max` = the length, sized by the stepper's budget
     /// from the simulated pass times.
     Budget(usize),
+    /// recall drafting up to the length, each pass charged for its rows up
+    /// to each draft's first wrong token: the bound of perfect sizing.
+    Hindsight(usize),
 }
 
 /// What a simulated run gave.
@@ -171,6 +196,12 @@ pub struct Simulation {
 }
 
 impl Simulation {
+    /// Tokens per pass (passes without drafts count as one each).
+    #[must_use]
+    pub fn tau(&self) -> f64 {
+        f64_of(self.tokens) / f64_of(self.passes.max(1))
+    }
+
     /// Tokens per second of simulated time.
     #[must_use]
     pub fn tokens_per_second(&self) -> f64 {
@@ -221,6 +252,7 @@ fn start<'a>(
     target.texts[s] = Text {
         prompt: &request.prompt,
         output: &request.output,
+        margins: &request.margins,
     };
     let decode = Decode::greedy(request.output.len().max(1));
     if request.prompt.is_empty() {
@@ -245,11 +277,14 @@ pub fn simulate(
     policy: Policy,
 ) -> Result<Simulation, Error> {
     let config = match policy {
-        Policy::Fixed(n) | Policy::Budget(n) => Config::recommended().with_draft_max(n),
+        Policy::Fixed(n) | Policy::Budget(n) | Policy::Hindsight(n) => {
+            Config::recommended().with_draft_max(n)
+        }
         Policy::Plain => Config::recommended(),
     };
     let shared = Shared::new(&config)?;
     let mut target = Simulated::new(b, curve);
+    target.hindsight = matches!(policy, Policy::Hindsight(_));
     let mut stepper = Stepper::new(&target)?.with_stop_tokens(&[STOP]);
     if let Policy::Budget(_) = policy {
         stepper = stepper.with_budget(PassTimes::new());
@@ -257,6 +292,11 @@ pub fn simulate(
     decode(&mut stepper, &mut target, sessions, || {
         Ok(match policy {
             Policy::Plain => None,
+            Policy::Hindsight(_) => {
+                let mut spec = Speculative::with_shared(&config, &shared)?;
+                spec.set_token_cost(0.001)?;
+                Some(spec)
+            }
             _ => Some(Speculative::with_shared(&config, &shared)?),
         })
     })
@@ -370,6 +410,51 @@ mod tests {
             assert_eq!(speedup > 2.0, pays, "{per_row}: {speedup}");
             assert!(speedup > 0.97, "the budget never costs much: {speedup}");
         }
+    }
+
+    #[test]
+    fn hindsight_bounds_every_policy() {
+        let s = sessions();
+        let c = curve(0.5);
+        let plain = simulate(&s, 1, &c, Policy::Plain).unwrap();
+        let bound = simulate(&s, 1, &c, Policy::Hindsight(16)).unwrap();
+        assert_eq!(plain.tokens, bound.tokens);
+        for policy in [
+            Policy::Plain,
+            Policy::Fixed(4),
+            Policy::Fixed(16),
+            Policy::Budget(16),
+        ] {
+            let run = simulate(&s, 1, &c, policy).unwrap();
+            assert!(
+                run.tokens_per_second() <= bound.tokens_per_second() * 1.000_001,
+                "{policy:?}: {} above the bound {}",
+                run.tokens_per_second(),
+                bound.tokens_per_second()
+            );
+        }
+        // The repeating text's drafts hold: cut at their first wrong
+        // token, passes give several tokens each.
+        assert!(bound.tau() > 2.0, "{}", bound.tau());
+    }
+
+    #[test]
+    fn recorded_margins_reach_the_stepper() {
+        let text: Vec<Token> = (0..40).collect();
+        let mut request = Request::new(text[..10].to_vec(), text[10..].to_vec());
+        request.margins = (0..30)
+            .map(|i| f32::from(u8::try_from(i).unwrap()))
+            .collect();
+        let c = curve(0.5);
+        let mut target = Simulated::new(1, &c);
+        let mut stepper = Stepper::new(&target).unwrap().with_stop_tokens(&[STOP]);
+        start(&mut stepper, &mut target, 0, &request, None).unwrap();
+        let mut margins = Vec::new();
+        while stepper.is_running() {
+            stepper.step(&mut target).unwrap();
+            margins.extend(stepper.finished().flat_map(|f| f.reply.margins.clone()));
+        }
+        assert_eq!(margins, request.margins);
     }
 
     #[test]

@@ -4,24 +4,31 @@
 use selfspec::Token;
 
 /// One request: the history at the start of generation and what the target generated.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Request {
     /// The whole token history the engine holds when generation starts.
     pub prompt: Vec<Token>,
     /// The tokens the target generated, in order.
     pub output: Vec<Token>,
+    /// Each output token's top-1 / top-2 logit margin, when recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub margins: Vec<f32>,
 }
 
 impl Request {
     /// A request from its prompt and recorded output.
     #[must_use]
     pub fn new(prompt: Vec<Token>, output: Vec<Token>) -> Request {
-        Request { prompt, output }
+        Request {
+            prompt,
+            output,
+            margins: Vec::new(),
+        }
     }
 }
 
 /// Requests served one after another by one engine slot (a chat, a series of edits).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Session {
     /// An identifier, for reports.
     #[serde(default)]
@@ -109,6 +116,8 @@ struct LineRequest {
     prompt: Option<Vec<Token>>,
     extend: Option<Vec<Token>>,
     output: Vec<Token>,
+    #[serde(default)]
+    margins: Vec<f32>,
 }
 
 /// A session as a workload line holds it.
@@ -143,7 +152,9 @@ impl LineSession {
                     prompt
                 }
             };
-            requests.push(Request::new(prompt, r.output));
+            let mut request = Request::new(prompt, r.output);
+            request.margins = r.margins;
+            requests.push(request);
         }
         Ok(Session::new(self.id, self.kind, requests))
     }

@@ -63,6 +63,18 @@ fn compact_workloads_are_checked_request_by_request() {
         prompts,
         [&[1, 2][..], &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5, 6]]
     );
+    // Recorded margins are read where given, empty where not.
+    let margins = parse_workload(
+        "w",
+        &line(r#"{"prompt": [1], "output": [2, 3], "margins": [0.5, 7.25]}, {"extend": [4], "output": [5]}"#),
+    )
+    .unwrap();
+    let read: Vec<&[f32]> = margins[0]
+        .requests
+        .iter()
+        .map(|r| r.margins.as_slice())
+        .collect();
+    assert_eq!(read, [&[0.5, 7.25][..], &[]]);
 }
 
 /// The replay protocol keeps the contract (no report over the samples).

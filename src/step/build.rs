@@ -134,7 +134,8 @@ fn size_drafts(budget: &mut Budget, seqs: &mut [Sequence], split: Split, room: R
             continue;
         };
         let sampled = matches!(live.decode.sampling, Sampling::Random(_));
-        budget.estimate(spec, live.draft.len(), sampled);
+        let margin = live.reply.last_margin();
+        budget.estimate(spec, live.draft.len(), sampled, margin);
         let probabilities = std::mem::take(&mut budget.probabilities);
         budget.add(crate::int::small(i), &probabilities);
         budget.probabilities = probabilities;

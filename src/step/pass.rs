@@ -156,7 +156,8 @@ impl Stepper {
                     let (k, n) = (live.drafted, n.min(live.drafted));
                     if let Some(budget) = &mut self.budget {
                         let sampled = matches!(live.decode.sampling, Sampling::Random(_));
-                        budget.learn(spec, k, n, sampled);
+                        let margin = live.reply.last_margin();
+                        budget.learn(spec, k, n, sampled, margin);
                     }
                     spec.accept(n);
                 }

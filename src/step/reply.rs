@@ -120,6 +120,12 @@ impl Reply {
         }
     }
 
+    /// The margin of the last token chosen, where the next draft starts
+    /// (NaN before any token, and for sampled tokens).
+    pub(super) fn last_margin(&self) -> f32 {
+        self.margins.last().copied().unwrap_or(f32::NAN)
+    }
+
     /// Tokens per forward pass (tau), the pass that chose the first token
     /// counted as one: 1.0 is plain decoding.
     #[must_use]

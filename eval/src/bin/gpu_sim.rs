@@ -7,7 +7,9 @@
 //! `draft_max` = the length) and of recall sized by the stepper's budget
 //! (`Stepper::with_budget`, `draft_max` 64, learning the simulated pass
 //! times as it goes),
-//! with the speed-ups over plain. With `--after FILE`, the budget also
+//! with the speed-ups over plain, and the bound of perfect sizing: recall
+//! drafting long, each pass charged only for the rows before its drafts'
+//! first wrong tokens. With `--after FILE`, the budget also
 //! decodes FILE's sessions first through the same stepper and `Shared`
 //! (each on a scope of its own): what the budget learned on that traffic,
 //! at the cost of the traffic after it.
@@ -158,15 +160,24 @@ fn run(out: &mut Out) -> Result {
             }
         }
         // The budget may send as much as the longest fixed length.
-        let budget = simulate(&sessions, b, &curve, Policy::Budget(64))?.tokens_per_second();
+        let sized = simulate(&sessions, b, &curve, Policy::Budget(64))?;
+        let budget = sized.tokens_per_second();
+        let bound = simulate(&sessions, b, &curve, Policy::Hindsight(64))?;
         writeln!(out, "{line}")?;
         writeln!(
             out,
-            "B = {b:>2}: budget {:.2}x plain, {:.2}x the best fixed length ({}: {:.2}x plain)",
+            "B = {b:>2}: budget {:.3}x plain, {:.3}x the best fixed length ({}: {:.2}x plain)",
             budget / plain,
             budget / best.1,
             best.0,
             best.1 / plain
+        )?;
+        writeln!(
+            out,
+            "B = {b:>2}: tau {:.2} with the budget; hindsight {:.2}x plain, tau {:.2} (each draft cut at its first wrong token)",
+            sized.tau(),
+            bound.tokens_per_second() / plain,
+            bound.tau()
         )?;
         if let (Some(before), Some(f)) = (&before, &args.after) {
             let after = simulate_after(before, &sessions, b, &curve, 64)?.tokens_per_second();

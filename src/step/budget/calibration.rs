@@ -21,6 +21,17 @@ use crate::int::float;
 /// Buckets of estimated probability, equally wide.
 const BUCKETS: usize = 10;
 
+/// Bands of the target's confidence in the token a draft follows (its
+/// top-1 / top-2 logit margin): `[0, 1)`, `[1, 2)`, `[2, 4)`, `[4, 8)`,
+/// `[8, 16)`, 16 and up, and one for no margin (sampled decoding, a
+/// resumed request). Where the target is sure of a token, the text is
+/// often one it copies, and drafts from the history hold longer there.
+/// Edges on a doubling scale, as logit gaps differ by model; halving or
+/// doubling every edge moved the simulated speed-up on the real model's
+/// outputs by under 1% (BENCHMARKS.md, "The target's margin in the
+/// budget's correction").
+const BANDS: usize = 7;
+
 /// How many verified tokens the drafter's own estimate counts as, in its
 /// bucket: the correction takes over after a few dozen tokens. Varying it
 /// from 4 to 32 moved the 21-turn subset's speed-up by under 2%
@@ -52,6 +63,9 @@ pub(crate) struct Calibration {
 struct Entry {
     name: String,
     buckets: [Bucket; BUCKETS],
+    /// The same, apart by band of the target's margin: an estimate
+    /// corrected by its band's bucket, which starts from `buckets`'.
+    banded: [[Bucket; BUCKETS]; BANDS],
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -60,12 +74,40 @@ struct Bucket {
     accepted: f64,
 }
 
+impl Bucket {
+    /// Counts a verified token, halving the counts past [`MEMORY`].
+    fn add(&mut self, kept: bool) {
+        if self.tried >= MEMORY {
+            self.tried /= 2.0;
+            self.accepted /= 2.0;
+        }
+        self.tried += 1.0;
+        if kept {
+            self.accepted += 1.0;
+        }
+    }
+}
+
 /// The bucket of estimate `p` (clamped to `[0, 1]`).
 fn bucket(p: f64) -> usize {
     let b = p.clamp(0.0, 1.0) * float(BUCKETS);
     // In 0..=BUCKETS (the cast floors it); a sure estimate joins the top
     // bucket.
     crate::int::ix(crate::int::whole(b)).min(BUCKETS - 1)
+}
+
+/// The band of margin `m` (see [`BANDS`]).
+pub(crate) fn band(m: f32) -> usize {
+    if m.is_nan() {
+        return BANDS - 1;
+    }
+    let mut band = 0;
+    let mut top = 1.0;
+    while band < BANDS - 2 && m >= top {
+        band += 1;
+        top *= 2.0;
+    }
+    band
 }
 
 impl Calibration {
@@ -79,12 +121,12 @@ impl Calibration {
 
     /// The buckets of `name` on `source`, or of `name` on no source when
     /// `source`'s are not kept (past [`SOURCES`]).
-    fn entry(&mut self, name: &str, source: Option<u64>, sampled: bool) -> &mut [Bucket; BUCKETS] {
+    fn entry(&mut self, name: &str, source: Option<u64>, sampled: bool) -> &mut Entry {
         let i = match self.find(name, source, sampled) {
             Some(i) => i,
             None => self.add(name, source, sampled),
         };
-        &mut self.drafters[i].buckets
+        &mut self.drafters[i]
     }
 
     fn add(&mut self, name: &str, source: Option<u64>, sampled: bool) -> usize {
@@ -98,6 +140,7 @@ impl Calibration {
         self.drafters.push(Entry {
             name: name.to_string(),
             buckets: [Bucket::default(); BUCKETS],
+            banded: [[Bucket::default(); BUCKETS]; BANDS],
         });
         self.by_source.entry((source, sampled)).or_default().push(i);
         i
@@ -110,20 +153,24 @@ impl Calibration {
         self.entry(name, source, true);
     }
 
-    /// Appends to `out` each of `estimates` corrected by what was measured
-    /// in its bucket.
+    /// Appends to `out` each of `estimates` of a draft after a token
+    /// chosen in margin band `band`, corrected by what was measured in its
+    /// bucket, then in its band's.
     pub(crate) fn correct(
         &mut self,
         name: &str,
         source: Option<u64>,
         sampled: bool,
+        band: usize,
         estimates: &[f64],
         out: &mut Vec<f64>,
     ) {
-        let buckets = self.entry(name, source, sampled);
+        let e = self.entry(name, source, sampled);
+        let banded = &e.banded[band.min(BANDS - 1)];
         out.extend(estimates.iter().map(|&p| {
-            let b = buckets[bucket(p)];
-            (b.accepted + PRIOR * p.clamp(0.0, 1.0)) / (b.tried + PRIOR)
+            let (b, c) = (e.buckets[bucket(p)], banded[bucket(p)]);
+            let p = (b.accepted + PRIOR * p.clamp(0.0, 1.0)) / (b.tried + PRIOR);
+            (c.accepted + PRIOR * p) / (c.tried + PRIOR)
         }));
     }
 
@@ -135,20 +182,15 @@ impl Calibration {
         name: &str,
         source: Option<u64>,
         sampled: bool,
+        band: usize,
         estimates: &[f64],
         accepted: usize,
     ) {
-        let buckets = self.entry(name, source, sampled);
+        let e = self.entry(name, source, sampled);
         for (i, &p) in estimates.iter().enumerate().take(accepted + 1) {
-            let b = &mut buckets[bucket(p)];
-            if b.tried >= MEMORY {
-                b.tried /= 2.0;
-                b.accepted /= 2.0;
-            }
-            b.tried += 1.0;
-            if i < accepted {
-                b.accepted += 1.0;
-            }
+            let kept = i < accepted;
+            e.buckets[bucket(p)].add(kept);
+            e.banded[band.min(BANDS - 1)][bucket(p)].add(kept);
         }
     }
 }
@@ -159,7 +201,7 @@ mod tests {
 
     fn corrected(c: &mut Calibration, name: &str, sampled: bool, p: f64) -> f64 {
         let mut out = Vec::new();
-        c.correct(name, None, sampled, &[p], &mut out);
+        c.correct(name, None, sampled, 0, &[p], &mut out);
         out[0]
     }
 
@@ -170,7 +212,7 @@ mod tests {
         assert!((corrected(&mut c, "recall", false, 0.9) - 0.9).abs() < 1e-12);
         // Estimates of 0.9 that came true one time in five.
         for _ in 0..200 {
-            c.record("recall", None, true, &[0.95, 0.9], 0);
+            c.record("recall", None, true, 0, &[0.95, 0.9], 0);
         }
         let p = corrected(&mut c, "recall", true, 0.9);
         assert!((0.0..0.1).contains(&p), "{p}");
@@ -187,19 +229,61 @@ mod tests {
         }
         // Only the tokens up to the first refused one are counted.
         let mut d = Calibration::default();
-        d.record("r", None, false, &[0.15, 0.15, 0.15, 0.15], 1);
+        d.record("r", None, false, 0, &[0.15, 0.15, 0.15, 0.15], 1);
         let b = d.drafters[0].buckets[1];
         assert_eq!((b.tried, b.accepted), (2.0, 1.0));
+    }
+
+    #[test]
+    fn bands_of_the_margin() {
+        let cases = [
+            (0.0, 0),
+            (-1.0, 0),
+            (0.99, 0),
+            (1.0, 1),
+            (3.9, 2),
+            (4.0, 3),
+            (8.0, 4),
+            (15.9, 4),
+            (16.0, 5),
+            (f32::INFINITY, 5),
+            (f32::NAN, BANDS - 1),
+        ];
+        for (margin, want) in cases {
+            assert_eq!(band(margin), want, "margin {margin}");
+        }
+    }
+
+    #[test]
+    fn learns_apart_by_band() {
+        let mut c = Calibration::default();
+        // Estimates of 0.6: true nine times in ten after a sure token
+        // (band 5), one time in four after a near tie (band 0).
+        for i in 0..400 {
+            c.record("r", None, false, 5, &[0.6], usize::from(i % 10 != 0));
+            c.record("r", None, false, 0, &[0.6], usize::from(i % 4 == 0));
+        }
+        let at = |c: &mut Calibration, band| {
+            let mut out = Vec::new();
+            c.correct("r", None, false, band, &[0.6], &mut out);
+            out[0]
+        };
+        let (sure, tie) = (at(&mut c, 5), at(&mut c, 0));
+        assert!((sure - 0.9).abs() < 0.05, "{sure}");
+        assert!((tie - 0.25).abs() < 0.05, "{tie}");
+        // A band with nothing measured: the bucket's correction over all.
+        let other = at(&mut c, 3);
+        assert!((other - 0.575).abs() < 0.05, "{other}");
     }
 
     #[test]
     fn follows_a_change_of_traffic() {
         let mut c = Calibration::default();
         for _ in 0..1000 {
-            c.record("r", None, false, &[0.85], 0);
+            c.record("r", None, false, 0, &[0.85], 0);
         }
         for _ in 0..600 {
-            c.record("r", None, false, &[0.85], 1);
+            c.record("r", None, false, 0, &[0.85], 1);
         }
         let p = corrected(&mut c, "r", false, 0.85);
         assert!(p > 0.8, "{p}");
@@ -209,13 +293,13 @@ mod tests {
     fn keeps_sources_apart_up_to_its_bound() {
         let at = |c: &mut Calibration, source| {
             let mut out = Vec::new();
-            c.correct("recall", source, false, &[0.9], &mut out);
+            c.correct("recall", source, false, 0, &[0.9], &mut out);
             out[0]
         };
         let mut c = Calibration::default();
         // One scope's estimates of 0.9 come true one time in ten.
         for _ in 0..200 {
-            c.record("recall", Some(1), false, &[0.9], 0);
+            c.record("recall", Some(1), false, 0, &[0.9], 0);
         }
         assert!(at(&mut c, Some(1)) < 0.2);
         // (case, source, expected): another scope and no scope keep their own.
@@ -230,7 +314,7 @@ mod tests {
         let kept = c.drafters.len();
         assert!(kept <= 2 * SOURCES + 2, "{kept} entries");
         for _ in 0..200 {
-            c.record("recall", Some(999_999), false, &[0.9], 0);
+            c.record("recall", Some(999_999), false, 0, &[0.9], 0);
         }
         assert_eq!(c.drafters.len(), kept, "an entry past the bound");
         assert!(at(&mut c, None) < 0.2);

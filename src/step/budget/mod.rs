@@ -423,15 +423,24 @@ impl Budget {
     /// given the ones before, into `probabilities`: its drafter's own
     /// estimates as corrected by what the stepper measured, or the
     /// acceptance measured by position for a drafter without estimates.
-    pub(crate) fn estimate(&mut self, spec: &crate::Speculative, len: usize, sampled: bool) {
+    /// `margin`: the target's top-1 / top-2 logit margin for the token the
+    /// draft follows (NaN when unknown).
+    pub(crate) fn estimate(
+        &mut self,
+        spec: &crate::Speculative,
+        len: usize,
+        sampled: bool,
+        margin: f32,
+    ) {
         self.probabilities.clear();
         let Some((d, source)) = drafted_by(spec) else {
             return;
         };
         let own = spec.draft_probabilities();
         if own.len() == len {
+            let band = calibration::band(margin);
             self.calibration
-                .correct(&d.name, source, sampled, own, &mut self.probabilities);
+                .correct(&d.name, source, sampled, band, own, &mut self.probabilities);
         } else {
             self.acceptance
                 .estimates(&d.name, len, &mut self.probabilities);
@@ -440,13 +449,15 @@ impl Budget {
 
     /// Learns from a verified draft of `verified` tokens with `accepted`
     /// kept: the acceptance by position of a drafter without estimates,
-    /// the correction of one with estimates.
+    /// the correction of one with estimates; `margin` as
+    /// [`estimate`](Budget::estimate) was given it.
     pub(crate) fn learn(
         &mut self,
         spec: &crate::Speculative,
         verified: usize,
         accepted: usize,
         sampled: bool,
+        margin: f32,
     ) {
         if verified == 0 {
             return;
@@ -456,8 +467,9 @@ impl Budget {
         };
         let own = spec.draft_probabilities();
         if own.len() >= verified {
+            let band = calibration::band(margin);
             self.calibration
-                .record(&d.name, source, sampled, &own[..verified], accepted);
+                .record(&d.name, source, sampled, band, &own[..verified], accepted);
         } else {
             self.acceptance.record(&d.name, verified, accepted);
         }
