@@ -34,8 +34,9 @@ const BANDS: usize = 7;
 
 /// How many verified tokens the drafter's own estimate counts as, in its
 /// bucket: the correction takes over after a few dozen tokens. Varying it
-/// from 4 to 32 moved the 21-turn subset's speed-up by under 2%
-/// (BENCHMARKS.md, "Calibrated estimates").
+/// from 4 to 32 moved the simulated speed-up on the real model's outputs
+/// by under 1.2% (BENCHMARKS.md, "The target's margin in the budget's
+/// correction").
 const PRIOR: f64 = 8.0;
 
 /// Tokens a bucket remembers: past it, its counts are halved, so that the
