@@ -9,7 +9,9 @@
 //! another's. The budget trusts an estimate only as far as the stepper has
 //! seen it come true: each estimate falls into a bucket, and a bucket's
 //! acceptance, measured over the drafted tokens verified there, replaces
-//! it once there are enough of them.
+//! it once there are enough of them. A bucket is kept again by band of the
+//! target's margin on the token the draft follows: the estimate corrected
+//! by its bucket is corrected again by its band's.
 
 use std::collections::HashMap;
 
@@ -45,7 +47,7 @@ const MEMORY: f64 = 256.0;
 
 /// Corrections kept apart by source (a drafter's memory: a scope), at most:
 /// past them, a source shares its drafter's correction for sources not
-/// kept apart. Each is 10 buckets and a name (about 200 bytes).
+/// kept apart. Each is 80 buckets and a name (about 1.4 KB).
 const SOURCES: usize = 1024;
 
 /// Per drafter name, source of its estimates (see
