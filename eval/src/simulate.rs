@@ -121,13 +121,12 @@ impl Target for Simulated<'_> {
             .iter()
             .filter(|r| r.output)
             .filter(|r| {
+                // Perfect sizing sends no row from a draft's first token
+                // that is not the recorded one.
                 let s = r.seq.index();
-                if !self.hindsight || wrong[s] {
-                    return !wrong[s];
+                if self.hindsight && !wrong[s] {
+                    wrong[s] = r.token != self.texts[s].at(r.pos);
                 }
-                // Perfect sizing sends no row from the first token that
-                // is not the recorded one.
-                wrong[s] = r.token != self.texts[s].at(r.pos);
                 !wrong[s]
             })
             .map(|r| r.seq.index())

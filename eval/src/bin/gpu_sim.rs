@@ -26,7 +26,7 @@ use selfspec_eval::{simulate, simulate_after, CostCurve, Policy, Session};
 
 const USAGE: &str =
     "usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] [--after FILE.jsonl] FILE.jsonl...";
-const HELP: &str = "gpu_sim: plain, fixed draft lengths and the draft budget on recorded outputs, passes charged from GPU pass-cost curves
+const HELP: &str = "gpu_sim: plain, fixed draft lengths, the draft budget and the bound of perfect sizing (each draft cut at its first wrong token) on recorded outputs, passes charged from pass-cost curves
 
 usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] [--after FILE.jsonl] FILE.jsonl...
   --curves FILE  pass-cost curves (JSON: rows of model, batch, cache, ms {k: ms})
@@ -34,7 +34,8 @@ usage: gpu_sim --curves FILE.json --model NAME [--cache L] [--batch B ...] [--af
   --cache L      the curves' cache length (default 1024)
   --batch B      sequences decoded at once (several allowed; default 1, 8, 32)
   --after FILE   also the budget after FILE's sessions, through one stepper and Shared
-  FILE.jsonl     recorded outputs (JSON Lines, docs/replay.md)
+  FILE.jsonl     recorded outputs (JSON Lines, docs/replay.md; their `margins`, if
+                 recorded, are the simulated target's)
   -h, --help     this text
 ";
 

@@ -78,6 +78,12 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Estimate `p` corrected by this bucket's counts, `p` counting as
+    /// [`PRIOR`] tokens.
+    fn correct(self, p: f64) -> f64 {
+        (self.accepted + PRIOR * p.clamp(0.0, 1.0)) / (self.tried + PRIOR)
+    }
+
     /// Counts a verified token, halving the counts past [`MEMORY`].
     fn add(&mut self, kept: bool) {
         if self.tried >= MEMORY {
@@ -171,9 +177,8 @@ impl Calibration {
         let e = self.entry(name, source, sampled);
         let banded = &e.banded[band.min(BANDS - 1)];
         out.extend(estimates.iter().map(|&p| {
-            let (b, c) = (e.buckets[bucket(p)], banded[bucket(p)]);
-            let p = (b.accepted + PRIOR * p.clamp(0.0, 1.0)) / (b.tried + PRIOR);
-            (c.accepted + PRIOR * p) / (c.tried + PRIOR)
+            let b = bucket(p);
+            banded[b].correct(e.buckets[b].correct(p))
         }));
     }
 
