@@ -98,10 +98,7 @@ impl Budget {
         let (mut tokens, mut best) = (float(sequences), None);
         for level in 1..=self.level_gain.len().min(room) {
             tokens += self.level_gain[level - 1];
-            self.base_plan();
-            for (p, s) in self.plan.iter_mut().zip(&self.slots) {
-                p.rows += s.room.map_or(0, |_| level);
-            }
+            self.chosen((0, level));
             let t = self.sent_secs(split)? - chunks;
             if t > 0.0 && tokens / t > *rate {
                 (best, *rate) = (Some(level), tokens / t);
