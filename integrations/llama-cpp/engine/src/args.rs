@@ -49,6 +49,13 @@ pub fn help() -> String {
                          replies of a first plain pass (not counted): their
                          times come from the same moments of a machine whose
                          speed drifts, for ratios steadier than --rounds alone
+  --pin-near-ties        with --in-step (greedy): every reply keeps the first
+                         plain pass's token where its pass prefers another at
+                         one of that pass's near ties (counted in the report),
+                         so both halves decode the same tokens; replies that
+                         differ there no longer end at other lengths, which
+                         with many sequences a batch moves tokens/s more than
+                         drafting does
   --pass-cost            print llama.cpp's pass-cost curve (1 to 63 tokens after
                          caches of 256, 2048 and 4096 tokens) and exit
 The near-tie bound is measured at start: the largest shift of a top-1
@@ -82,6 +89,9 @@ pub struct Args {
     pub rounds: usize,
     /// `--in-step`: plain and speculative decoding step by step in turn.
     pub in_step: bool,
+    /// `--pin-near-ties`: with `--in-step`, every reply decodes the history
+    /// pass's tokens, kept at its near ties.
+    pub pin_near_ties: bool,
 }
 
 /// Parses the arguments after the program's name.
@@ -92,7 +102,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut scopes = Scopes::Kind;
     let mut record = None;
     let mut rounds = 1;
-    let mut in_step = false;
+    let (mut in_step, mut pin_near_ties) = (false, false);
     let (mut temperature, mut seed) = (0.0f32, 0u64);
     let common = cli::parse(it, |option, value| {
         match option {
@@ -124,6 +134,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--rounds" => rounds = cli::positive(option, &value(option)?)?,
             "--in-step" => in_step = true,
+            "--pin-near-ties" => pin_near_ties = true,
             "--record" => record = Some(PathBuf::from(value(option)?)),
             "--scopes" => {
                 scopes = match value(option)?.as_str() {
@@ -136,6 +147,13 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         }
         Ok(true)
     })?;
+    if pin_near_ties && (!in_step || temperature > 0.0) {
+        return Err(
+            "--pin-near-ties: needs --in-step (its history pass's replies are the \
+                    reference) and greedy decoding (no --temperature)"
+                .into(),
+        );
+    }
     Ok(Args {
         common,
         parallel,
@@ -149,6 +167,7 @@ pub fn parse(it: impl Iterator<Item = String>) -> Result<Args, String> {
         record,
         rounds,
         in_step,
+        pin_near_ties,
         sampler: (temperature > 0.0).then(|| Sampler {
             temperature,
             seed,
@@ -163,5 +182,35 @@ fn on_off(option: &str, v: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         v => Err(format!("{option}: {v:?} is not on or off")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinning_needs_in_step_and_greedy_decoding() {
+        // (arguments, accepted)
+        let cases: [(&[&str], bool); 5] = [
+            (&["--in-step", "--pin-near-ties"], true),
+            (&["--pin-near-ties", "--in-step"], true),
+            (&["--pin-near-ties"], false),
+            (
+                &["--in-step", "--pin-near-ties", "--temperature", "0.7"],
+                false,
+            ),
+            (
+                &["--in-step", "--pin-near-ties", "--temperature", "0"],
+                true,
+            ),
+        ];
+        for (list, accepted) in cases {
+            let parsed = parse(list.iter().map(|s| (*s).to_string()));
+            assert_eq!(parsed.is_ok(), accepted, "{list:?}: {:?}", parsed.err());
+            if let Ok(args) = parsed {
+                assert!(args.pin_near_ties && args.in_step);
+            }
+        }
     }
 }

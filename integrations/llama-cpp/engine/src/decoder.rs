@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use selfspec::step::{Decode, Finished, Pass, PassTimes, Sampler, SeqId, Stepper};
 use selfspec::Speculative;
 
+mod pin;
 mod probe;
 mod settings;
 
 use selfspec_llama_cpp::LlamaTarget;
 
 use crate::{Error, Model, Prices};
+pub use pin::Reference;
 use settings::setting;
 pub use settings::Settings;
 
@@ -45,6 +47,9 @@ pub struct Counters {
     /// decoding rows' share of each `llama_decode`. The rest is the loop's
     /// work around the pass (drafting, reading logits, verification).
     pub pass_time: Duration,
+    /// Greedy choices replaced by a [`Reference`]'s token at a near tie
+    /// ([`Decoder::start_pinned`]).
+    pub pinned: usize,
 }
 
 /// S sequences of one llama.cpp context, decoded in one batch a step by a
@@ -66,6 +71,8 @@ pub struct Decoder<'m> {
     /// Sampled decoding: the sampler of the next request (its seed is
     /// the next one's minus 1).
     sampling: Option<Sampler>,
+    /// Each slot's reference reply, if it has one.
+    pins: pin::Pins,
 }
 
 impl std::fmt::Debug for Decoder<'_> {
@@ -105,6 +112,7 @@ impl<'m> Decoder<'m> {
             decoding: vec![false; settings.sequences],
             got: vec![0; settings.sequences],
             sampling: None,
+            pins: pin::Pins::default(),
         })
     }
 
@@ -230,6 +238,27 @@ impl<'m> Decoder<'m> {
         max_tokens: usize,
         spec: Option<Speculative>,
     ) -> Result<(), Error> {
+        self.start_pinned(slot, prompt, max_tokens, spec, None)
+    }
+
+    /// [`start`](Decoder::start), the reply's greedy choices pinned to
+    /// `reference`'s tokens at its near ties: where a pass prefers another
+    /// token than the reference's, and the reference chose its own with a
+    /// margin under [`Reference::bound`], the reference's is kept (counted
+    /// in [`Counters::pinned`]). For measurements that compare decodings of
+    /// the same tokens; a difference anywhere else is kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Decoder::start)'s.
+    pub fn start_pinned(
+        &mut self,
+        slot: usize,
+        prompt: &[u32],
+        max_tokens: usize,
+        spec: Option<Speculative>,
+        reference: Option<Reference<'_>>,
+    ) -> Result<(), Error> {
         setting("max_tokens", max_tokens, max_tokens > 0, "at least 1")?;
         let decode = match &mut self.sampling {
             Some(s) => {
@@ -240,6 +269,7 @@ impl<'m> Decoder<'m> {
             None => Decode::greedy(max_tokens),
         };
         self.stepper.start(SeqId::new(slot), prompt, decode, spec)?;
+        self.pins.start(slot, prompt.len(), reference);
         self.decoding[slot] = false;
         Ok(())
     }
@@ -257,7 +287,12 @@ impl<'m> Decoder<'m> {
     /// `finished`) and its cache is emptied; the others go on.
     pub fn step(&mut self, finished: &mut Vec<Finished>) -> Result<(), Error> {
         let t = Instant::now();
-        let result = self.stepper.step(&mut self.target);
+        let pinned = self.pins.pinned;
+        let result = self.stepper.step(&mut pin::PinnedTarget {
+            target: &mut self.target,
+            pins: &mut self.pins,
+        });
+        self.counters.pinned += self.pins.pinned - pinned;
         let elapsed = t.elapsed();
         self.got.fill(0);
         for e in self.stepper.events() {

@@ -47,7 +47,7 @@ mod prices;
 pub mod record;
 pub mod run;
 
-pub use decoder::{Counters, Decoder, Settings};
+pub use decoder::{Counters, Decoder, Reference, Settings};
 pub use error::Error;
 pub use model::{Message, Model, Role};
 pub use prices::Prices;

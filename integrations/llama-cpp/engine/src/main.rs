@@ -27,6 +27,9 @@ struct Set {
     prices: Vec<(String, Prices)>,
     /// The loop's work around the passes: plain decoding's, the set's.
     loop_work: [LoopWork; 2],
+    /// `--pin-near-ties`: choices pinned to the history's token, plain
+    /// decoding's and the set's.
+    pinned: [usize; 2],
 }
 
 fn print_curve(curve: &PassCurve) {
@@ -91,6 +94,7 @@ fn build_sets(args: &Args, decoder: &mut Decoder<'_>) -> Result<Vec<Set>, Error>
             divergences: Vec::new(),
             prices: Vec::new(),
             loop_work: [LoopWork::default(); 2],
+            pinned: [0; 2],
         })
         .collect())
 }
@@ -314,7 +318,8 @@ fn decode_all(
                 kind: &kind,
                 convs: &convs,
                 drafts,
-                history: history.as_deref(),
+                history: history.as_ref().map(|(texts, _)| &texts[..]),
+                reference: history.as_ref().map(|(_, pass)| pass),
             };
             let plain = decode_round(args, decoders, &round, sets, bound, &mut progress)?;
             if args.record.is_some() && r == 0 {
@@ -330,20 +335,21 @@ fn decode_all(
 }
 
 /// `--in-step`'s plain pass of one kind, not counted: its replies are the
-/// history of the kind's rounds.
+/// history of the kind's rounds (as texts, and the pass itself: the
+/// reference of `--pin-near-ties`).
 fn history_pass(
     args: &Args,
     decoder: &mut Decoder<'_>,
     kind: &str,
     convs: &[&Conversation],
     progress: &mut Progress,
-) -> Result<Vec<Vec<String>>, Error> {
+) -> Result<(Vec<Vec<String>>, run::Pass), Error> {
     let pass = run::decode_pass(decoder, convs, args.common.max_tokens, None, None)?;
     let turns: usize = convs.iter().map(|c| c.turns.len()).sum();
     let generated = generated_tokens(&pass);
     let speed = tps(generated, pass.decode_time);
     progress.pass(kind, "history", turns, generated, speed);
-    Ok(run::reply_texts(decoder, &pass))
+    Ok((run::reply_texts(decoder, &pass), pass))
 }
 
 /// One kind's conversations in one round, and the sets that draft in it
@@ -354,6 +360,8 @@ struct Round<'a> {
     drafts: &'a [DraftSet],
     /// `--in-step`: the replies of the kind's history pass.
     history: Option<&'a [Vec<String>]>,
+    /// `--in-step`: the history pass.
+    reference: Option<&'a run::Pass>,
 }
 
 /// One round of one kind, tallied into the sets: plain decoding, then each
@@ -377,7 +385,18 @@ fn decode_round(
         }))
         .collect();
     let passes = if let Some(history) = round.history {
-        run::decode_in_step(decoders, round.convs, max_tokens, history, &drafting)?
+        let pinning = round
+            .reference
+            .filter(|_| args.pin_near_ties)
+            .map(|history| run::Pinning { history, bound });
+        run::decode_in_step(
+            decoders,
+            round.convs,
+            max_tokens,
+            history,
+            &drafting,
+            pinning,
+        )?
     } else {
         let decoder = &mut decoders[0];
         let plain = run::decode_pass(decoder, round.convs, max_tokens, None, None)?;
@@ -414,6 +433,8 @@ fn decode_round(
         set.divergences.extend(d);
         set.loop_work[0].add(plain.loop_work);
         set.loop_work[1].add(spec.loop_work);
+        set.pinned[0] += plain.pinned;
+        set.pinned[1] += spec.pinned;
         match set.prices.iter_mut().find(|(k, _)| k == round.kind) {
             Some((_, p)) => p.extend(&spec.prices),
             None => set

@@ -138,6 +138,7 @@ mod tests {
             decode_time: Duration::ZERO,
             prices: crate::Prices::default(),
             loop_work: crate::run::LoopWork::default(),
+            pinned: 0,
         };
         let line = session_line(&conversation(4), &pass, 0, "smollm2")
             .unwrap()

@@ -69,6 +69,13 @@ pub fn report(args: &Args, sets: &[Set], bound: f32, wall: f64) -> Result<bool, 
             );
             continue;
         }
+        if args.pin_near_ties {
+            let [plain, spec] = set.pinned;
+            println!(
+                "choices pinned to the history pass's token at its near ties (gap under \
+                 {bound:.4}): plain {plain}, speculative {spec}"
+            );
+        }
         for d in &set.divergences {
             println!("  diverged: {} turn {}: {:?}", d.id, d.turn, d.divergence);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use selfspec_conversations::{compare, Conversation, Decoded, Divergence, DraftSet, Tally};
 
 use crate::model::{Message, Role};
-use crate::{Counters, Decoder, Error, Finished, Reply};
+use crate::{Counters, Decoder, Error, Finished, Reference, Reply};
 
 /// One pass over some conversations: each turn's reply (`None`: the prompt
 /// did not fit the context and the turn, with the rest of its
@@ -27,6 +27,21 @@ pub struct Pass {
     pub prices: crate::Prices,
     /// The decoding steps' work around their passes.
     pub loop_work: LoopWork,
+    /// Greedy choices pinned to the history's token at a near tie
+    /// ([`Pinning`]).
+    pub pinned: usize,
+}
+
+/// `--pin-near-ties`: each request of a pass decodes against the history
+/// pass's reply to its turn, keeping the history's token where a pass
+/// prefers another at the history's near ties
+/// ([`Decoder::start_pinned`](crate::Decoder::start_pinned)).
+#[derive(Clone, Copy, Debug)]
+pub struct Pinning<'a> {
+    /// The history pass.
+    pub history: &'a Pass,
+    /// Margins under this are near ties.
+    pub bound: f32,
 }
 
 /// The loop's own work in decoding steps: what a step spends outside
@@ -129,7 +144,7 @@ pub fn decode_pass(
     history: Option<&[Vec<String>]>,
     drafting: Option<&Drafting<'_>>,
 ) -> Result<Pass, Error> {
-    let mut run = Run::new(decoder, conversations, max_tokens, history, drafting)?;
+    let mut run = Run::new(decoder, conversations, max_tokens, history, drafting, None)?;
     while run.advance(decoder)? {}
     Ok(run.finish(decoder))
 }
@@ -138,7 +153,8 @@ pub fn decode_pass(
 /// conversations and `history`, advanced one decoding step each in turn
 /// (`drafting[i]` for `decoders[i]`; a pass for each pair, so as many as
 /// the shorter of the two), so that a machine whose speed drifts slows
-/// them alike: their decode times are each decoder's own steps.
+/// them alike: their decode times are each decoder's own steps. With
+/// `pinning`, every request decodes against the history pass's reply.
 ///
 /// # Errors
 ///
@@ -149,6 +165,7 @@ pub fn decode_in_step(
     max_tokens: usize,
     history: &[Vec<String>],
     drafting: &[Option<Drafting<'_>>],
+    pinning: Option<Pinning<'_>>,
 ) -> Result<Vec<Pass>, Error> {
     let mut runs = decoders
         .iter_mut()
@@ -160,6 +177,7 @@ pub fn decode_in_step(
                 max_tokens,
                 Some(history),
                 drafting.as_ref(),
+                pinning,
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -184,6 +202,7 @@ struct Run<'c, 'h> {
     max_tokens: usize,
     history: Option<&'h [Vec<String>]>,
     drafting: Option<&'h Drafting<'h>>,
+    pinning: Option<Pinning<'h>>,
     pass: Pass,
     texts: Vec<Vec<String>>,
     queue: VecDeque<usize>,
@@ -200,6 +219,7 @@ impl<'c, 'h> Run<'c, 'h> {
         max_tokens: usize,
         history: Option<&'h [Vec<String>]>,
         drafting: Option<&'h Drafting<'h>>,
+        pinning: Option<Pinning<'h>>,
     ) -> Result<Self, Error> {
         decoder.clear()?;
         let _ = decoder.take_prices();
@@ -208,6 +228,7 @@ impl<'c, 'h> Run<'c, 'h> {
             max_tokens,
             history,
             drafting,
+            pinning,
             pass: Pass {
                 replies: conversations
                     .iter()
@@ -220,6 +241,7 @@ impl<'c, 'h> Run<'c, 'h> {
                 decode_time: Duration::ZERO,
                 prices: crate::Prices::default(),
                 loop_work: LoopWork::default(),
+                pinned: 0,
             },
             texts: conversations.iter().map(|_| Vec::new()).collect(),
             queue: (0..conversations.len()).collect(),
@@ -286,7 +308,15 @@ impl<'c, 'h> Run<'c, 'h> {
                 .drafting
                 .map(|d| d.speculative(&conversation.kind))
                 .transpose()?;
-            match decoder.start(slot, &prompt, self.max_tokens, spec) {
+            let reference = self.pinning.and_then(|p| {
+                let r = p.history.replies.get(c)?.get(t)?.as_ref()?;
+                Some(Reference {
+                    tokens: &r.tokens,
+                    margins: &r.margins,
+                    bound: p.bound,
+                })
+            });
+            match decoder.start_pinned(slot, &prompt, self.max_tokens, spec, reference) {
                 Ok(()) => self.pass.prompts[c][t] = prompt,
                 Err(Error::PromptTooLong { .. }) => {
                     // skipped: this turn and the rest of the conversation
@@ -302,6 +332,7 @@ impl<'c, 'h> Run<'c, 'h> {
         let now = decoder.counters();
         self.pass.decode_time = now.decode_time.saturating_sub(self.start.decode_time);
         self.pass.loop_work = LoopWork::between(&self.start, &now);
+        self.pass.pinned = now.pinned.saturating_sub(self.start.pinned);
         self.pass.prices = decoder.take_prices();
         self.pass
     }

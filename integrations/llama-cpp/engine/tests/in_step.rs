@@ -1,12 +1,15 @@
 //! `decode_in_step`: passes on decoders of their own, one step each in
 //! turn, decode what the same passes decode one after another, and each
-//! counts only its own decoder's time.
+//! counts only its own decoder's time; pinned to the history's near ties,
+//! they decode the history's tokens.
 
 mod common;
 
 use selfspec::Config;
 use selfspec_conversations::{Conversation, DraftSet};
-use selfspec_llama_cpp_engine::run::{decode_in_step, decode_pass, reply_texts, Drafting, Scopes};
+use selfspec_llama_cpp_engine::run::{
+    decode_in_step, decode_pass, reply_texts, Drafting, Pinning, Scopes,
+};
 use selfspec_llama_cpp_engine::Decoder;
 
 const MAX_TOKENS: usize = 48;
@@ -48,6 +51,7 @@ fn in_step_passes_decode_as_passes_one_after_another() {
         MAX_TOKENS,
         &texts,
         &[None, None, Some(drafting)],
+        None,
     )
     .unwrap();
     assert_eq!(passes.len(), 3);
@@ -75,4 +79,63 @@ fn in_step_passes_decode_as_passes_one_after_another() {
         assert_eq!(pass.decode_time, own);
         assert!(!own.is_zero());
     }
+}
+
+#[test]
+fn pinned_passes_decode_the_historys_tokens() {
+    let model = common::model();
+    let mut convs = common::conversations("sample-code.text.jsonl", 3);
+    convs.extend(common::conversations("sample-chat.text.jsonl", 1));
+    let refs: Vec<&Conversation> = convs.iter().collect();
+    let mut decoders: Vec<Decoder<'_>> = (0..2)
+        .map(|_| Decoder::new(&model, common::settings(2)).unwrap())
+        .collect();
+    let mut history = decode_pass(&mut decoders[0], &refs, MAX_TOKENS, None, None).unwrap();
+    let texts = reply_texts(&decoders[0], &history);
+    // A reference that is not the model's own: one token of the first
+    // reply changed (to the token before it), so its passes prefer other
+    // tokens there and after it.
+    let first = history.replies[0][0].as_mut().unwrap();
+    let i = (1..first.tokens.len())
+        .find(|&i| first.tokens[i] != first.tokens[i - 1])
+        .unwrap();
+    first.tokens[i] = first.tokens[i - 1];
+    let expected = tokens(&history);
+    let set = DraftSet::from_config("recall", Config::recommended())
+        .unwrap()
+        .with_token_cost(Some(0.05))
+        .unwrap();
+    let pinned_pass = |decoders: &mut Vec<Decoder<'_>>, bound: f32| {
+        let drafting = Drafting {
+            set: &set,
+            scopes: Scopes::Kind,
+        };
+        let pinning = Pinning {
+            history: &history,
+            bound,
+        };
+        decode_in_step(
+            decoders,
+            &refs,
+            MAX_TOKENS,
+            &texts,
+            &[None, Some(drafting)],
+            Some(pinning),
+        )
+        .unwrap()
+    };
+    // Every margin a near tie: any choice that differs from the
+    // reference's is pinned, so both decode its tokens; a pin put at the
+    // wrong position would change them.
+    let passes = pinned_pass(&mut decoders, f32::INFINITY);
+    assert_eq!(tokens(&passes[0]), expected);
+    assert_eq!(tokens(&passes[1]), expected);
+    assert!(passes[0].pinned > 0 && passes[1].pinned > 0);
+    // No margin a near tie: nothing is pinned, and the changed reply is
+    // the model's own again.
+    let passes = pinned_pass(&mut decoders, 0.0);
+    assert_eq!((passes[0].pinned, passes[1].pinned), (0, 0));
+    let got = tokens(&passes[0]);
+    assert_ne!(got[0][0], expected[0][0]);
+    assert_eq!(got[1..], expected[1..]);
 }
