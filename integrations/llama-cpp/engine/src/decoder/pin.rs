@@ -11,7 +11,7 @@
 //! more than the decoding's speed. A difference anywhere else is never
 //! pinned: it stays a divergence, and the report says so.
 
-use selfspec::step::{Batch, Choice, Kept, SeqId, Shape, Split, Target};
+use selfspec::step::{Batch, Choice, Kept, Row, SeqId, Shape, Split, Target};
 
 /// A reference reply: its tokens and the margin (top-1 minus top-2 logit)
 /// its own pass chose each with.
@@ -39,8 +39,8 @@ struct Pinned {
 #[derive(Debug, Default)]
 pub(crate) struct Pins {
     slots: Vec<Option<Pinned>>,
-    /// The last pass's rows: (slot, position, token).
-    rows: Vec<(usize, usize, u32)>,
+    /// The last pass's rows.
+    rows: Vec<Row>,
     /// Choices replaced by the reference's token.
     pub pinned: usize,
 }
@@ -68,10 +68,13 @@ impl Pins {
     /// The choice of row `row` of the last pass: `choice`, or the
     /// reference's token where `choice` differs from it at a near tie.
     fn pin(&mut self, row: usize, choice: Choice) -> Choice {
-        let Some(&(slot, pos, token)) = self.rows.get(row) else {
+        let Some(&Row {
+            seq, pos, token, ..
+        }) = self.rows.get(row)
+        else {
             return choice;
         };
-        let Some(Some(p)) = self.slots.get(slot) else {
+        let Some(Some(p)) = self.slots.get(seq.index()) else {
             return choice;
         };
         // The row at `pos` chooses the reply's token `pos + 1 - prompt_len`;
@@ -111,9 +114,7 @@ impl<T: Target> Target for PinnedTarget<'_, T> {
 
     fn forward(&mut self, batch: &Batch) -> Result<(), T::Error> {
         self.pins.rows.clear();
-        self.pins
-            .rows
-            .extend(batch.rows().iter().map(|r| (r.seq.index(), r.pos, r.token)));
+        self.pins.rows.extend_from_slice(batch.rows());
         self.target.forward(batch)
     }
 
@@ -156,7 +157,19 @@ mod tests {
         // prompt of 4 tokens (positions 0..4): the row at position 3 (the
         // prompt's last) chooses reply token 0.
         pins.start(1, 4, Some(reference));
-        pins.rows = vec![(1, 3, 99), (1, 4, 10), (1, 5, 11), (1, 6, 50), (0, 5, 11)];
+        let row = |seq, pos, token| Row {
+            seq: SeqId::new(seq),
+            token,
+            pos,
+            output: true,
+        };
+        pins.rows = vec![
+            row(1, 3, 99),
+            row(1, 4, 10),
+            row(1, 5, 11),
+            row(1, 6, 50),
+            row(0, 5, 11),
+        ];
         let c = |token| Choice { token, margin: 0.5 };
         // (case, row, the pass's choice, the choice kept)
         let cases = [
