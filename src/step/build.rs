@@ -38,6 +38,7 @@ impl Sequence {
         Load {
             rows: self.rows + usize::from(self.filler),
             cached: self.cached,
+            prompt: self.joining(),
         }
     }
 }
