@@ -38,7 +38,6 @@ impl Sequence {
         Load {
             rows: self.rows + usize::from(self.filler),
             cached: self.cached,
-            prompt: self.joining(),
         }
     }
 }

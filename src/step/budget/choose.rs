@@ -113,7 +113,6 @@ impl Budget {
         let loads = self.slots.iter().map(|s| Load {
             rows: s.base,
             cached: s.cached,
-            prompt: s.room.is_none() && s.base > 0,
         });
         self.plan.extend(loads);
     }

@@ -347,21 +347,19 @@ fn drafted_by(spec: &crate::Speculative) -> Option<(&crate::DrafterStats, Option
     Some((spec.stats().get(d)?, source))
 }
 
-/// A split pass's [`Counts`]: computations, rows of drafts and decoding,
-/// sequences in computations of several rows a sequence, rows times the
-/// positions their computation reads, the positions each computation
-/// reads, and rows of prompt chunks.
+/// A split pass's [`Counts`]: computations, rows, sequences in
+/// computations of several rows a sequence, rows times the positions
+/// their computation reads, and the positions each computation reads.
 fn counts(parts: &[Part]) -> Counts {
     let mut x = [0.0; linear::N];
     for p in parts {
         x[0] += 1.0;
-        x[1] += float(p.rows - p.prompt);
+        x[1] += float(p.rows);
         if p.each > 1 {
             x[2] += float(p.rows / p.each);
         }
         x[3] += float(p.rows) * float(p.span);
         x[4] += float(p.span);
-        x[5] += float(p.prompt);
     }
     x
 }

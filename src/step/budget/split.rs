@@ -18,8 +18,6 @@ pub(crate) struct Part {
     /// cache a sequence reads the longest one for all in a computation, as
     /// llama.cpp does).
     pub span: usize,
-    /// Of its rows, those of joining sequences' prompt chunks.
-    pub prompt: usize,
 }
 
 /// One sequence of a pass: its rows and the positions its cache held
@@ -30,8 +28,6 @@ pub(crate) struct Load {
     pub rows: usize,
     /// Positions in its cache before the pass.
     pub cached: usize,
-    /// Its rows are a joining sequence's prompt chunk.
-    pub prompt: bool,
 }
 
 /// Writes to `out` the computations of a pass in which sequence `s` has
@@ -54,15 +50,9 @@ pub(crate) fn computations(
                 total
             };
             let span = longest(loads);
-            // A whole pass's chunks are priced by rows alone (`PassTimes`).
             while total > 0 {
                 let rows = total.min(ubatch);
-                out.push(Part {
-                    rows,
-                    each,
-                    span,
-                    prompt: 0,
-                });
+                out.push(Part { rows, each, span });
                 total -= rows;
             }
         }
@@ -70,7 +60,6 @@ pub(crate) fn computations(
             rows: l.rows,
             each: l.rows,
             span: l.cached + l.rows,
-            prompt: if l.prompt { l.rows } else { 0 },
         })),
         Split::EqualRuns { ubatch } => equal_runs(loads, ubatch.max(1), left, out),
     }
@@ -111,14 +100,12 @@ fn equal_runs(loads: &[Load], ubatch: usize, left: &mut Vec<usize>, out: &mut Ve
         for r in &mut left[first..end] {
             *r -= each;
         }
-        let run = &loads[first..end];
-        let span = run.iter().zip(&left[first..end]);
-        let span = span.map(|(l, left)| l.cached + l.rows - left).max();
+        let done = loads[first..end].iter().zip(&left[first..end]);
+        let span = done.map(|(l, left)| l.cached + l.rows - left).max();
         out.push(Part {
             rows: each * n,
             each,
             span: span.unwrap_or(0),
-            prompt: each * run.iter().filter(|l| l.prompt).count(),
         });
     }
 }
@@ -128,13 +115,7 @@ mod tests {
     use super::*;
 
     fn loads(rows: &[usize]) -> Vec<Load> {
-        rows.iter()
-            .map(|&rows| Load {
-                rows,
-                cached: 0,
-                prompt: false,
-            })
-            .collect()
+        rows.iter().map(|&rows| Load { rows, cached: 0 }).collect()
     }
 
     fn split(split: Split, rows: &[usize]) -> Vec<usize> {
@@ -163,11 +144,7 @@ mod tests {
         for (i, &(s, seqs, want)) in cases.iter().enumerate() {
             let seqs: Vec<Load> = seqs
                 .iter()
-                .map(|&(rows, cached)| Load {
-                    rows,
-                    cached,
-                    prompt: false,
-                })
+                .map(|&(rows, cached)| Load { rows, cached })
                 .collect();
             let (mut left, mut out) = (Vec::new(), Vec::new());
             computations(s, &seqs, &mut left, &mut out);
