@@ -356,13 +356,8 @@ mod tests {
         // define the minimum of `cᵀ a c - 2 bᵀ c` over `c >= 0`: where a
         // coefficient is above zero the gradient is zero, where it is
         // zero the gradient is not below zero.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            f64::from(u32::try_from(state >> 40).unwrap_or(0)) / f64::from(1u32 << 24)
-        };
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut next = move || rng.f64();
         for case in 0..500 {
             let mut t = SplitTimes::default();
             for _ in 0..3 + case % 12 {
