@@ -101,8 +101,9 @@ impl SplitTimes {
 ///
 /// Exact by enumeration: the constrained minimum is the unconstrained one
 /// over its own support, so it is the best of the `2^N` supports whose
-/// solution has no negative coefficient (31 systems of at most five
-/// unknowns, a few microseconds a pass of milliseconds).
+/// solution has no negative coefficient: 31 systems of at most five
+/// unknowns a pass, in fixed arrays (the llama.cpp engine's own work a
+/// step, outside its passes of tens of milliseconds, did not move).
 fn solve(mut xx: [[f64; N]; N], xy: [f64; N]) -> [f64; N] {
     xx[0][0] += f64::MIN_POSITIVE;
     for (i, row) in xx.iter_mut().enumerate().skip(1) {
