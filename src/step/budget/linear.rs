@@ -117,11 +117,11 @@ fn solve(mut xx: [[f64; N]; N], xy: [f64; N]) -> [f64; N] {
 fn nonnegative(a: &[[f64; N]; N], b: &[f64; N]) -> [f64; N] {
     let mut best = ([0.0; N], 0.0);
     for support in 1..1u32 << N {
-        let Some(c) = solve_on(a, b, support) else {
+        let Some(c) = solve_on(a, b, support).filter(|c| c.iter().all(|&v| v >= 0.0)) else {
             continue;
         };
         let objective = quadratic(a, &c) - 2.0 * dot(b, &c);
-        if c.iter().all(|&v| v >= 0.0) && objective < best.1 {
+        if objective < best.1 {
             best = (c, objective);
         }
     }
