@@ -9,6 +9,7 @@
 //! shared: handlers apply its chat template, tokenize and detokenize.
 
 mod api;
+mod app;
 mod args;
 mod engine;
 mod error;
@@ -139,7 +140,7 @@ fn run(args: &Args) -> Result<(), StartError> {
             running: Arc::clone(&running),
         },
     )?;
-    let app = Arc::new(http::App {
+    let app = Arc::new(app::App {
         model,
         template,
         model_id: model_id(&path),
@@ -174,7 +175,7 @@ fn model_id(path: &Path) -> String {
 /// `--save-every` seconds.
 async fn serve(
     args: &Args,
-    app: Arc<http::App>,
+    app: Arc<app::App>,
     shared: &Shared,
     shutdown: &Arc<AtomicBool>,
 ) -> Result<(), StartError> {

@@ -17,9 +17,9 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::api::{self, Checked, Meta, Outcome, Timings, Usage};
+use crate::app::{engine_state, App};
 use crate::engine::{Event, Summary};
 use crate::error::ApiError;
-use crate::http::{engine_state, App};
 use crate::stop::StopCutter;
 
 /// A piece of a reply.

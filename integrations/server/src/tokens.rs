@@ -13,8 +13,8 @@ use selfspec_llama_cpp::TextStream;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::app::App;
 use crate::error::ApiError;
-use crate::http::App;
 
 /// A `POST /tokenize` body.
 #[derive(Debug, Deserialize)]

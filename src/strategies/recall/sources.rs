@@ -9,7 +9,6 @@ use super::calibrate::Calibration;
 use super::chains::{
     match_len, occurrences, tag_of, Chains, Hasher, SeqIndex, K, MAX_MATCH, ORDERS,
 };
-use super::locality::ANCHORS;
 use super::memory::{Span, View};
 
 /// Occurrences examined at the longest matching order.
@@ -265,7 +264,7 @@ impl Sources<'_> {
 
     /// After a rejection: the position nearest after an anchor where the
     /// context matches best (an edit resumes copying near where it left off).
-    pub(super) fn local(&self, anchors: &[Option<Pos>; ANCHORS]) -> Option<Pointer> {
+    pub(super) fn local(&self, anchors: &[Option<Pos>]) -> Option<Pointer> {
         let len = self.own.end();
         if len == self.own.floor() {
             return None;
