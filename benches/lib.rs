@@ -1,2 +1,4 @@
 //! Nothing here: this package only holds selfspec's criterion benches
-//! (`strategies.rs`), run with `cargo bench` from the workspace root.
+//! (`strategies.rs`: draft calls per strategy; `memory.rs`: the engine-wide
+//! memory; `step.rs`: the decoding step), run with `cargo bench` from the
+//! workspace root.
