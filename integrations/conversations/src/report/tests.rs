@@ -2,13 +2,7 @@ use super::*;
 
 /// A reply of `generated` tokens decoded in `ms` ms and `passes`
 /// forward passes (the prompt's last one counted), as the report takes it.
-fn decoded(
-    generated: usize,
-    ms: u64,
-    passes: usize,
-    drafted: usize,
-    accepted: usize,
-) -> Decoded {
+fn decoded(generated: usize, ms: u64, passes: usize, drafted: usize, accepted: usize) -> Decoded {
     Decoded::from(&Reply {
         tokens: vec![7; generated],
         margins: vec![1.0; generated],
@@ -152,8 +146,7 @@ fn the_json_file_has_the_documented_fields() {
         &decoded(5, 50, 3, 4, 2),
         &Divergence::Identical,
     );
-    let path =
-        std::env::temp_dir().join(format!("selfspec-report-{}.json", std::process::id()));
+    let path = std::env::temp_dir().join(format!("selfspec-report-{}.json", std::process::id()));
     write_json(&path, &t.summaries("recall", None)).unwrap();
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
