@@ -5,28 +5,11 @@
 use selfspec::Token;
 use selfspec_eval::Session;
 
-/// A deterministic xorshift generator: benches must not depend on a seed crate.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Below `n`, as an index.
-    pub fn pick(&mut self, n: usize) -> usize {
-        usize::try_from(self.below(n as u64)).expect("below n")
-    }
-    /// A token below `n`.
-    pub fn token(&mut self, n: u32) -> Token {
-        Token::try_from(self.below(u64::from(n))).expect("below n")
-    }
-}
+/// The integration tests' xorshift generator: benches must not depend on a
+/// seed crate, and the tests and benches draw their streams alike.
+#[path = "../tests/common/mod.rs"]
+mod tests_common;
+pub use tests_common::Rng;
 
 /// Text-like: Zipf-ish words from a 5000-token vocabulary, with phrases and
 /// whole sentences reused now and then (as chat histories repeat themselves).
@@ -86,13 +69,8 @@ pub fn grow_edits(out: &mut Vec<Token>, mut file: Vec<Token>, len: usize, rng: &
 
 /// A text-like stream of `len` tokens from `seed` (copies of earlier spans).
 pub fn stream(len: usize, seed: u64) -> Vec<Token> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = Rng(seed | 1);
+    let mut next = move || rng.next();
     let mut out: Vec<Token> = Vec::with_capacity(len);
     while out.len() < len {
         if out.len() > 1000 && next() % 4 == 0 {
